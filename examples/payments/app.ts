@@ -1,0 +1,169 @@
+/**
+ * The example payments API: a Stripe-like `POST /v1/charges` protected by idem, with three
+ * atomic phases (seed step 4):
+ *   1. `charge_created`: insert the local charge row, committed with the recovery point;
+ *   2. `psp_charged`: call the payment provider with a key derived from the client's key,
+ *      and record its answer;
+ *   3. finish: mark the charge succeeded and store the 201 in the same transaction.
+ * A crash anywhere resumes from the last committed phase on the next retry, and the PSP
+ * call, if repeated, is deduplicated by the derived key: one PSP charge per idempotency key.
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { Hono, type Context } from 'hono';
+import { problemResponse } from '../../src/http/index.js';
+import { idempotency, type IdempotencyVariables } from '../../src/hono/index.js';
+import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
+import { FakePsp } from './psp.js';
+import { migrateExample } from './schema.js';
+import { parseChargeRequest } from './validate.js';
+
+export interface PaymentsAppOptions {
+  /** The database (pg.Pool or PGlite); holds idem's table, the charges and the fake PSP. */
+  db: SqlClient & Queryable;
+  psp: FakePsp;
+  /** idem lease in ms. @default 60_000 */
+  leaseMs?: number;
+  /** idem retention in ms. @default 86_400_000 */
+  retentionMs?: number;
+  /**
+   * Fault injection for crash tests: SIGKILL this process at the named point
+   * (`after_charge_created`, `after_psp`, `in_finish`). Never set in production.
+   */
+  crashAt?: string;
+}
+
+type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
+
+/** Stripe-compatible error members next to the RFC 9457 fields (stripe-node needs `error`). */
+const FORMAT = { stripe: true } as const;
+
+/** Builds the app. Run `migrate` (store + example tables) before serving. */
+export function createPaymentsApp(options: PaymentsAppOptions) {
+  const { db, psp } = options;
+  const store = new PostgresStore({ client: db });
+  const crash = (point: string) => {
+    if (options.crashAt === point) process.kill(process.pid, 'SIGKILL');
+  };
+  const app = new Hono<Env>();
+
+  app.get('/healthz', (c) => c.json({ ok: true }));
+
+  // Tenant = the API key (`Authorization: Bearer <key>`). Only its hash is kept anywhere.
+  // Authentication runs before idem, so a 401 leaves no trace (conformance 3).
+  app.use('/v1/charges/*', authenticate);
+  app.use('/v1/charges', authenticate);
+
+  app.post(
+    '/v1/charges',
+    idempotency<Queryable>({
+      store,
+      required: true,
+      leaseMs: options.leaseMs,
+      retentionMs: options.retentionMs,
+      scope: (req) => tenantOf(req.headers)!,
+      problems: FORMAT,
+    }),
+    async (c) => {
+      const idem = c.get('idem')!;
+      const parsed = parseChargeRequest(c.req.header('content-type'), new Uint8Array(await c.req.arrayBuffer()));
+      if (!parsed.ok) {
+        // Rejected before any phase: idem does not store it and frees the key (400 is a
+        // discard status by default), so the client can fix the body and reuse the key.
+        return problem(400, 'invalid-request', 'Invalid charge request', parsed.detail, parsed.param);
+      }
+      const req = parsed.value;
+      const tenant = c.get('tenant');
+
+      const charge = await idem.phase('charge_created', async (tx) => {
+        const id = 'ch_' + randomUUID().replaceAll('-', '');
+        await tx.query(
+          `INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer, metadata)
+           VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)`,
+          [id, tenant, idem.key, req.amount, req.currency, req.customer, JSON.stringify(req.metadata)],
+        );
+        return { id, created: Math.floor(Date.now() / 1000) };
+      });
+      crash('after_charge_created');
+
+      const pspCharge = await idem.call('psp_charged', (derivedKey) =>
+        psp.charge({ idempotencyKey: derivedKey, amount: req.amount, currency: req.currency, customer: req.customer }),
+      );
+      crash('after_psp');
+
+      return idem.respond(async (tx) => {
+        await tx.query(`UPDATE charges SET status = 'succeeded', psp_charge_id = $2 WHERE id = $1`, [charge.id, pspCharge.id]);
+        crash('in_finish');
+        return c.json(
+          {
+            id: charge.id,
+            object: 'charge',
+            amount: req.amount,
+            currency: req.currency,
+            customer: req.customer,
+            status: 'succeeded',
+            psp_charge_id: pspCharge.id,
+            metadata: req.metadata,
+            created: charge.created,
+          },
+          201,
+          { location: `/v1/charges/${charge.id}` },
+        );
+      });
+    },
+  );
+
+  app.get('/v1/charges/:id', async (c) => {
+    const { rows } = await db.query(
+      `SELECT id, amount::float8 AS amount, currency, customer, status, psp_charge_id, metadata,
+              extract(epoch FROM created_at)::int8::float8 AS created
+       FROM charges WHERE id = $1 AND tenant = $2`,
+      [c.req.param('id'), c.get('tenant')],
+    );
+    if (!rows[0]) return problem(404, 'not-found', 'No such charge', `No charge ${c.req.param('id')} for this API key.`, 'id');
+    return c.json({ ...rows[0], object: 'charge' });
+  });
+
+  // The provider's own ledger, open to anyone, so tests and humans can count charges.
+  app.get('/v1/psp/charges', async (c) => c.json({ data: await psp.list() }));
+
+  app.notFound((c) => problem(404, 'not-found', 'Not found', `No route for ${c.req.method} ${new URL(c.req.url).pathname}.`));
+  app.onError((error) => {
+    console.error('payments: unhandled error', error);
+    return problem(500, 'internal', 'Internal error', 'The server failed; retry with the same Idempotency-Key.');
+  });
+
+  return { app, store };
+}
+
+/** Creates idem's table and the example's tables. Safe to run on every start. */
+export async function migrate(db: Queryable & SqlClient): Promise<void> {
+  await new PostgresStore({ client: db }).migrate();
+  await migrateExample(db);
+}
+
+async function authenticate(c: Context<Env>, next: () => Promise<void>) {
+  const tenant = tenantOf(c.req.raw.headers);
+  if (!tenant) {
+    return problem(401, 'unauthenticated', 'API key required', 'Send your API key as "Authorization: Bearer <key>".', undefined, {
+      'www-authenticate': 'Bearer',
+    });
+  }
+  c.set('tenant', tenant);
+  await next();
+}
+
+/** `tenant:<sha256 of the API key>`, or undefined without a bearer key. */
+function tenantOf(headers: Headers): string | undefined {
+  const match = /^Bearer\s+(\S{1,255})\s*$/i.exec(headers.get('authorization') ?? '');
+  if (!match) return undefined;
+  return 'tenant:' + createHash('sha256').update(match[1]!).digest('base64url');
+}
+
+function problem(status: number, kind: string, title: string, detail: string, param?: string, headers?: Record<string, string>) {
+  const stripeType = status === 401 ? 'authentication_error' : status >= 500 ? 'api_error' : 'invalid_request_error';
+  return problemResponse(
+    { type: `urn:idem:example:payments:${kind}`, title, status, detail },
+    { ...FORMAT, stripeError: { type: stripeType, message: detail, ...(param ? { param } : {}) } },
+    headers,
+  );
+}

@@ -1,0 +1,29 @@
+/**
+ * Opens the example's database: PostgreSQL when DATABASE_URL is set, otherwise embedded
+ * PGlite persisted in IDEM_DATA_DIR (default ./.idem-data), so `npm start` needs no server.
+ */
+import type { Queryable, SqlClient } from '../../src/postgres/index.js';
+
+export interface Database {
+  /** The client to hand to PostgresStore (a pg.Pool or a PGlite instance). */
+  client: SqlClient & Queryable;
+  /** `postgres` or `pglite`, for the banner. */
+  kind: 'postgres' | 'pglite';
+  /** Where the data lives (URL without password, or the data directory). */
+  location: string;
+  close(): Promise<void>;
+}
+
+export async function openDatabase(env: NodeJS.ProcessEnv = process.env): Promise<Database> {
+  if (env.DATABASE_URL) {
+    const { default: pg } = await import('pg');
+    const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: Number(env.PG_POOL_MAX ?? 20) });
+    const url = new URL(env.DATABASE_URL);
+    url.password = '';
+    return { client: pool, kind: 'postgres', location: url.toString(), close: () => pool.end() };
+  }
+  const { PGlite } = await import('@electric-sql/pglite');
+  const dataDir = env.IDEM_DATA_DIR ?? './.idem-data';
+  const db = await PGlite.create(dataDir);
+  return { client: db, kind: 'pglite', location: dataDir, close: () => db.close() };
+}

@@ -1,0 +1,92 @@
+/**
+ * Errors thrown by idem. Every error has a stable `code` (match on it, never on the message)
+ * and, where another error caused it, `cause`. Expected outcomes of the protocol (replay,
+ * mismatch, in progress) are results, not errors; these are for misuse and for failures.
+ */
+
+/** Stable error codes, one per condition. */
+export const ErrorCode = {
+  InvalidKey: 'IDEM_INVALID_KEY',
+  MissingKey: 'IDEM_MISSING_KEY',
+  InvalidScope: 'IDEM_INVALID_SCOPE',
+  InvalidPhase: 'IDEM_INVALID_PHASE',
+  InvalidOption: 'IDEM_INVALID_OPTION',
+  LeaseLost: 'IDEM_LEASE_LOST',
+  StoreUnavailable: 'IDEM_STORE_UNAVAILABLE',
+  ExecutionClosed: 'IDEM_EXECUTION_CLOSED',
+} as const;
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** Base class of every error idem throws. */
+export class IdemError extends Error {
+  /** Stable machine-readable code, e.g. `IDEM_LEASE_LOST`. */
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/**
+ * The idempotency key is malformed: empty, longer than 255 characters, not printable ASCII,
+ * a malformed sf-string, or sent in more than one header line (conformance 5).
+ */
+export class InvalidKeyError extends IdemError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ErrorCode.InvalidKey, message, options);
+  }
+}
+
+/** The route requires an idempotency key and none was sent (conformance 2). */
+export class MissingKeyError extends IdemError {
+  constructor(message = 'An idempotency key is required for this request') {
+    super(ErrorCode.MissingKey, message);
+  }
+}
+
+/** The scope resolver returned something that is not a 1-255 character string. */
+export class InvalidScopeError extends IdemError {
+  constructor(message: string) {
+    super(ErrorCode.InvalidScope, message);
+  }
+}
+
+/** A phase name is not 1-64 characters of `[A-Za-z0-9_.-]`, or is reserved. */
+export class InvalidPhaseError extends IdemError {
+  constructor(message: string) {
+    super(ErrorCode.InvalidPhase, message);
+  }
+}
+
+/** An option passed to a factory is out of range; thrown at start-up, never per request. */
+export class InvalidOptionError extends IdemError {
+  constructor(message: string) {
+    super(ErrorCode.InvalidOption, message);
+  }
+}
+
+/**
+ * A fenced write matched no row: another worker took the key over (its `lock_version` is
+ * newer) or the key was removed. The write was rolled back together with the phase's local
+ * effects; stop working on this key (seed step 4, "0 rows: we lost the lease, roll back").
+ */
+export class LeaseLostError extends IdemError {
+  constructor(message = 'The lease on this idempotency key was lost to another worker; the write was rolled back') {
+    super(ErrorCode.LeaseLost, message);
+  }
+}
+
+/** The store could not be reached or failed; `cause` carries the driver's error (with its SQLSTATE `code`). */
+export class StoreUnavailableError extends IdemError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ErrorCode.StoreUnavailable, message, options);
+  }
+}
+
+/** A method was called on an execution that has already finished, been released or abandoned. */
+export class ExecutionClosedError extends IdemError {
+  constructor(message: string) {
+    super(ErrorCode.ExecutionClosed, message);
+  }
+}

@@ -1,0 +1,189 @@
+import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS, MAX_SCOPE_LENGTH } from '../core/constants.js';
+import { decide } from '../core/decide.js';
+import { IdemError, InvalidOptionError, InvalidScopeError, StoreUnavailableError } from '../core/errors.js';
+import { validateKey } from '../core/key.js';
+import type { IdempotencyStore, KeyRecord, StoredResponse } from '../store/types.js';
+import { Execution, type IdemEvent } from './execution.js';
+
+/** Options of {@link IdempotencyEngine}. */
+export interface EngineOptions<Tx = unknown> {
+  /** Where keys live, e.g. `new PostgresStore({ client })`. */
+  store: IdempotencyStore<Tx>;
+  /**
+   * Lease in ms: how long a claim stays exclusive without a write or heartbeat. Must exceed
+   * the longest gap between two commits (an external call with its timeout). After it, a
+   * retry takes over.
+   * @default 60_000
+   */
+  leaseMs?: number;
+  /**
+   * Retention in ms, counted from the claim; replays do not extend it. A row past retention
+   * counts as absent (conformance 18).
+   * @default 86_400_000 (24 h)
+   */
+  retentionMs?: number;
+  /**
+   * Heartbeat period in ms: the lease is extended this often while work runs (conformance
+   * 16). `0` turns it off.
+   * @default leaseMs / 3
+   */
+  heartbeatMs?: number;
+  /**
+   * After this many ms the heartbeat stops extending the lease, so a hung worker cannot hold
+   * a key forever; its lease then runs out and a retry takes over.
+   * @default 10 × leaseMs
+   */
+  maxExecutionMs?: number;
+  /** Called for every protocol event (claimed, replayed, taken-over, …), for logs and metrics. Must not throw. */
+  onEvent?: (event: IdemEvent) => void;
+}
+
+/** What a request carries into the engine. */
+export interface BeginInput {
+  /** Tenant / API credential the key belongs to, 1-255 characters (conformance 6). */
+  scope: string;
+  /** The client's idempotency key, 1-255 printable ASCII characters. */
+  key: string;
+  /** SHA-256 of the canonical request (see `fingerprint`), 32 bytes. */
+  fingerprint: Uint8Array;
+}
+
+/** Outcome of {@link IdempotencyEngine.begin}. */
+export type BeginResult<Tx = unknown> =
+  /** This worker owns the key (a fresh claim, or a takeover resuming from a recovery point). */
+  | { kind: 'execute'; execution: Execution<Tx> }
+  /** The key finished earlier: return this response. */
+  | { kind: 'replay'; response: StoredResponse; record: KeyRecord }
+  /** Same key, different request (checked first). */
+  | { kind: 'mismatch'; record: KeyRecord }
+  /** Another worker holds a valid lease; retry after `retryAfterMs` ms. */
+  | { kind: 'in-progress'; retryAfterMs: number };
+
+/**
+ * The idempotency protocol, independent of HTTP: claim, decide, take over, and hand out an
+ * {@link Execution} to run atomic phases and finish (seed steps 3-5).
+ *
+ * @example
+ * ```ts
+ * const engine = new IdempotencyEngine({ store });
+ * const begun = await engine.begin({ scope, key, fingerprint: fingerprint(req) });
+ * if (begun.kind === 'execute') {
+ *   const x = begun.execution;
+ *   const order = await x.phase('order_created', (tx) => insertOrder(tx));
+ *   const psp = await x.call('psp_charged', (derivedKey) => psp.charge(order, derivedKey));
+ *   await x.finish(async (tx) => { await markPaid(tx, order, psp); return response; });
+ * }
+ * ```
+ */
+export class IdempotencyEngine<Tx = unknown> {
+  readonly store: IdempotencyStore<Tx>;
+  readonly leaseMs: number;
+  readonly retentionMs: number;
+  readonly heartbeatMs: number;
+  readonly maxExecutionMs: number;
+  private readonly onEvent: ((event: IdemEvent) => void) | undefined;
+
+  /** @throws {InvalidOptionError} for a missing store or out-of-range durations. */
+  constructor(options: EngineOptions<Tx>) {
+    if (!options?.store || typeof options.store.claim !== 'function') {
+      throw new InvalidOptionError('idem: `store` is required, e.g. new PostgresStore({ client })');
+    }
+    this.store = options.store;
+    this.leaseMs = positiveMs('leaseMs', options.leaseMs ?? DEFAULT_LEASE_MS);
+    this.retentionMs = positiveMs('retentionMs', options.retentionMs ?? DEFAULT_RETENTION_MS);
+    if (this.retentionMs <= this.leaseMs) throw new InvalidOptionError('idem: retentionMs must be longer than leaseMs');
+    this.heartbeatMs = options.heartbeatMs ?? Math.floor(this.leaseMs / 3);
+    if (!(this.heartbeatMs >= 0) || (this.heartbeatMs > 0 && this.heartbeatMs >= this.leaseMs)) {
+      throw new InvalidOptionError('idem: heartbeatMs must be 0 (off) or shorter than leaseMs');
+    }
+    this.maxExecutionMs = positiveMs('maxExecutionMs', options.maxExecutionMs ?? this.leaseMs * 10);
+    this.onEvent = options.onEvent;
+  }
+
+  /**
+   * Claims the key or decides what to do with the existing one (seed steps 3 and "Decision
+   * logic"): mismatch → replay → in progress → take over, mismatch checked first.
+   *
+   * @throws {InvalidKeyError} the key is not 1-255 printable ASCII characters
+   * @throws {InvalidScopeError} the scope is not a 1-255 character string
+   * @throws {StoreUnavailableError} the store failed; nothing was claimed (fail closed, conformance 17)
+   */
+  async begin(input: BeginInput): Promise<BeginResult<Tx>> {
+    const key = validateKey(input.key);
+    const scope = input.scope;
+    if (typeof scope !== 'string' || scope.length === 0 || scope.length > MAX_SCOPE_LENGTH) {
+      throw new InvalidScopeError(`The scope must be a string of 1-${MAX_SCOPE_LENGTH} characters`);
+    }
+    if (!(input.fingerprint instanceof Uint8Array) || input.fingerprint.length !== 32) {
+      throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
+    }
+    try {
+      // A takeover can lose to another retry taking over at the same moment; the next turn
+      // then sees that worker's valid lease (409) or its finished response.
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const claim = await this.store.claim({
+          scope,
+          key,
+          fingerprint: input.fingerprint,
+          leaseMs: this.leaseMs,
+          retentionMs: this.retentionMs,
+        });
+        if (claim.outcome === 'claimed') {
+          this.emit('claimed', scope, key, claim.token);
+          return { kind: 'execute', execution: this.execution(scope, key, claim.token, 'start', {}) };
+        }
+        const record = claim.record;
+        const decision = decide(record, input.fingerprint);
+        switch (decision.kind) {
+          case 'mismatch':
+            this.emit('mismatch', scope, key);
+            return { kind: 'mismatch', record };
+          case 'replay':
+            this.emit('replayed', scope, key);
+            return { kind: 'replay', response: record.response!, record };
+          case 'in-progress':
+            this.emit('in-progress', scope, key);
+            return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
+          case 'take-over': {
+            const taken = await this.store.takeOver({ scope, key, token: record.token }, this.leaseMs);
+            if (taken.outcome === 'lost') continue;
+            this.emit('taken-over', scope, key, taken.token);
+            return {
+              kind: 'execute',
+              execution: this.execution(scope, key, taken.token, taken.recoveryPoint, taken.phaseResults),
+            };
+          }
+        }
+      }
+      return { kind: 'in-progress', retryAfterMs: 1000 };
+    } catch (error) {
+      if (error instanceof IdemError) throw error;
+      this.emit('store-unavailable', scope, key);
+      throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
+    }
+  }
+
+  private execution(scope: string, key: string, token: number, recoveryPoint: string, results: Record<string, unknown>) {
+    return new Execution<Tx>(
+      this.store,
+      { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent },
+      { scope, key, token },
+      recoveryPoint,
+      results,
+    );
+  }
+
+  private emit(type: IdemEvent['type'], scope: string, key: string, token?: number): void {
+    if (!this.onEvent) return;
+    try {
+      this.onEvent(token === undefined ? { type, scope, key } : { type, scope, key, token });
+    } catch {
+      // Observers must not change outcomes.
+    }
+  }
+}
+
+function positiveMs(name: string, value: number): number {
+  if (!Number.isFinite(value) || value <= 0) throw new InvalidOptionError(`idem: ${name} must be a positive number of milliseconds`);
+  return Math.floor(value);
+}

@@ -1,0 +1,326 @@
+import { PHASE_NAME_PATTERN, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START } from '../core/constants.js';
+import { deriveKey } from '../core/derived-key.js';
+import { ExecutionClosedError, InvalidPhaseError, LeaseLostError } from '../core/errors.js';
+import type { IdempotencyStore, KeyRef, PhaseResults, StoredResponse } from '../store/types.js';
+
+/** Settings an execution needs from its engine. */
+export interface ExecutionSettings {
+  leaseMs: number;
+  /** Heartbeat period in ms, or 0 for none. */
+  heartbeatMs: number;
+  /** The heartbeat stops extending the lease after this many ms, so a hung worker cannot hold a key forever. */
+  maxExecutionMs: number;
+  onEvent?: ((event: IdemEvent) => void) | undefined;
+}
+
+/** Observability events, for logs and metrics. */
+export type IdemEvent = {
+  type:
+    | 'claimed'
+    | 'replayed'
+    | 'mismatch'
+    | 'in-progress'
+    | 'taken-over'
+    | 'phase-committed'
+    | 'phase-skipped'
+    | 'finished'
+    | 'released'
+    | 'discarded'
+    | 'lease-lost'
+    | 'store-unavailable';
+  scope: string;
+  key: string;
+  /** The phase, for phase events. */
+  phase?: string;
+  /** The fencing token held, where there is one. */
+  token?: number;
+};
+
+/**
+ * The right to work on one claimed key, under one fencing token. Obtained from
+ * `IdempotencyEngine.begin`; ends with exactly one of {@link finish}, {@link release} or
+ * {@link discard}.
+ *
+ * Work is split into named atomic phases (Brandur Leach's design; seed step 4). Each phase
+ * commits its local database effects in the same transaction as the recovery point and its
+ * JSON result. After a takeover, completed phases are skipped and return their recorded
+ * result, so effects are never repeated. Phase results go through JSON on the first run too,
+ * so the first run and a resumed run see the same values.
+ *
+ * @typeParam Tx the store's transaction handle (a SQL client for the PostgreSQL store).
+ */
+export class Execution<Tx = unknown> {
+  /** The scope the key lives in. */
+  readonly scope: string;
+  /** The client's idempotency key. */
+  readonly key: string;
+  /** True when this execution took over from a worker whose lease expired. */
+  readonly resumed: boolean;
+  /** The recovery point this execution started from (`start` for a fresh claim). */
+  readonly resumedFrom: string;
+  /** Aborted when the lease is lost (another worker took over); its reason is a {@link LeaseLostError}. */
+  readonly signal: AbortSignal;
+
+  private readonly ref: KeyRef;
+  private readonly results: PhaseResults;
+  private readonly abort = new AbortController();
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private state: 'open' | 'finished' | 'released' | 'lost' = 'open';
+  private committed = 0;
+
+  /** @internal created by the engine */
+  constructor(
+    private readonly store: IdempotencyStore<Tx>,
+    private readonly settings: ExecutionSettings,
+    ref: KeyRef,
+    recoveryPoint: string,
+    phaseResults: PhaseResults,
+  ) {
+    this.ref = { ...ref };
+    this.scope = ref.scope;
+    this.key = ref.key;
+    this.resumedFrom = recoveryPoint;
+    this.resumed = recoveryPoint !== RECOVERY_POINT_START || Object.keys(phaseResults).length > 0;
+    this.results = { ...phaseResults };
+    this.signal = this.abort.signal;
+    this.startHeartbeat();
+  }
+
+  /** The fencing token (`lock_version`) this execution holds. */
+  get token(): number {
+    return this.ref.token;
+  }
+
+  /** `open` while work may continue; otherwise how it ended. */
+  get status(): 'open' | 'finished' | 'released' | 'lost' {
+    return this.state;
+  }
+
+  /** True when at least one atomic phase has committed for this key, in this or an earlier attempt. */
+  get workStarted(): boolean {
+    return this.committed > 0 || Object.keys(this.results).length > 0;
+  }
+
+  /**
+   * The idempotency key for a downstream call named `name`: stable across retries and
+   * takeovers, unique per scope and key (seed step 4, "`<key>:authorize`").
+   */
+  derivedKey(name: string): string {
+    checkPhaseName(name);
+    return deriveKey(this.scope, this.key, name);
+  }
+
+  /** True when the phase `name` has committed (in this or an earlier attempt). */
+  completed(name: string): boolean {
+    return Object.prototype.hasOwnProperty.call(this.results, name);
+  }
+
+  /** The recorded result of phase `name`, or `undefined` if it has not completed. */
+  result<T = unknown>(name: string): T | undefined {
+    return this.results[name] as T | undefined;
+  }
+
+  /**
+   * An atomic phase: runs `fn` in a transaction and, in the same transaction, records the
+   * recovery point `name` with `fn`'s JSON result, fenced by the token. If the phase already
+   * completed (a resumed execution), `fn` is not called and the recorded result is returned.
+   *
+   * @param name 1-64 characters of `[A-Za-z0-9_.-]`, unique within the work; not `start` or `finished`.
+   * @param fn local database effects; must return a JSON-serialisable value.
+   * @returns `fn`'s result after a JSON round trip
+   * @throws {LeaseLostError} another worker took over; `fn`'s effects were rolled back.
+   * @throws whatever `fn` throws (its effects are rolled back, the recovery point unchanged).
+   */
+  async phase<T>(name: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    checkPhaseName(name);
+    if (this.completed(name)) {
+      this.emit('phase-skipped', name);
+      return this.results[name] as T;
+    }
+    this.ensureOpen();
+    let json: unknown;
+    const outcome = await this.store.commit<T>(
+      this.ref,
+      (value) => {
+        json = toJson(value);
+        return { kind: 'phase', phase: name, result: json, leaseMs: this.settings.leaseMs };
+      },
+      fn,
+    );
+    if (outcome.outcome === 'fenced') throw this.lost();
+    this.results[name] = json;
+    this.committed++;
+    this.emit('phase-committed', name);
+    return json as T;
+  }
+
+  /**
+   * A call to an external system (payment provider, bank) as its own phase: `fn` runs
+   * outside any transaction with the derived key for `name`, then its result is recorded as
+   * the recovery point `name`. If the process dies between the call and the record, the
+   * next attempt calls again with the same derived key, which the external system
+   * deduplicates (seed, "Not propagating idempotency downstream").
+   *
+   * @param fn receives the derived idempotency key and this execution's abort signal.
+   * @throws {LeaseLostError} the lease was lost before the call or before its result was recorded.
+   */
+  async call<T>(name: string, fn: (derivedKey: string, signal: AbortSignal) => Promise<T>): Promise<T> {
+    checkPhaseName(name);
+    if (this.completed(name)) {
+      this.emit('phase-skipped', name);
+      return this.results[name] as T;
+    }
+    this.ensureOpen();
+    const json = toJson(await fn(this.derivedKey(name), this.signal));
+    this.ensureOpen();
+    const outcome = await this.store.commit(this.ref, () => ({
+      kind: 'phase',
+      phase: name,
+      result: json,
+      leaseMs: this.settings.leaseMs,
+    }));
+    if (outcome.outcome === 'fenced') throw this.lost();
+    this.results[name] = json;
+    this.committed++;
+    this.emit('phase-committed', name);
+    return json as T;
+  }
+
+  /**
+   * Finishes the key: stores the response (state `done`, lease cleared) in the same
+   * transaction as the last local effects, when `response` is a function (seed step 5).
+   *
+   * @returns the stored response
+   * @throws {LeaseLostError} another worker took over; nothing was stored, effects rolled back.
+   */
+  async finish(response: StoredResponse | ((tx: Tx) => Promise<StoredResponse>)): Promise<StoredResponse> {
+    this.ensureOpen();
+    const outcome =
+      typeof response === 'function'
+        ? await this.store.commit<StoredResponse>(this.ref, (r) => ({ kind: 'finish', response: checkResponse(r) }), response)
+        : await this.store.commit<StoredResponse>(this.ref, () => ({ kind: 'finish', response: checkResponse(response) }));
+    if (outcome.outcome === 'fenced') throw this.lost();
+    this.close('finished');
+    this.emit('finished');
+    return typeof response === 'function' ? outcome.value : response;
+  }
+
+  /**
+   * Ends the lease without finishing, keeping the recovery point: the next retry takes over
+   * at once and resumes after the last committed phase (conformance 10). Does nothing if the
+   * execution already ended. Never throws for a lost lease (there is nothing left to release).
+   */
+  async release(): Promise<void> {
+    if (this.state !== 'open') return;
+    this.close('released');
+    const outcome = await this.store.release(this.ref);
+    this.emit(outcome.outcome === 'ok' ? 'released' : 'lease-lost');
+  }
+
+  /**
+   * The request was rejected before work started (validation): deletes the claim so the
+   * client can fix the request and retry with the same key (seed, "What gets stored"). A key
+   * on which a phase has committed is released instead, never deleted.
+   *
+   * @returns `deleted`, `released`, or `fenced` when another worker holds the key.
+   */
+  async discard(): Promise<'deleted' | 'released' | 'fenced'> {
+    if (this.state !== 'open') return 'fenced';
+    this.close('released');
+    const outcome = await this.store.release(this.ref, { discard: true });
+    if (outcome.outcome === 'fenced') return 'fenced';
+    this.emit(outcome.value === 'deleted' ? 'discarded' : 'released');
+    return outcome.value;
+  }
+
+  /**
+   * Extends the lease to `now() + leaseMs` by the database clock. The heartbeat does this on
+   * its own; call it between long steps when the heartbeat is off.
+   *
+   * @throws {LeaseLostError} another worker took over.
+   */
+  async extendLease(): Promise<void> {
+    this.ensureOpen();
+    const outcome = await this.store.extendLease(this.ref, this.settings.leaseMs);
+    if (outcome.outcome === 'fenced') throw this.lost();
+  }
+
+  private startHeartbeat(): void {
+    const { heartbeatMs, maxExecutionMs } = this.settings;
+    if (!(heartbeatMs > 0)) return;
+    const stopAt = Date.now() + maxExecutionMs;
+    this.timer = setInterval(() => {
+      if (this.state !== 'open' || Date.now() >= stopAt) {
+        this.stopHeartbeat();
+        return;
+      }
+      this.store.extendLease(this.ref, this.settings.leaseMs).then(
+        (outcome) => {
+          if (outcome.outcome === 'fenced' && this.state === 'open') this.lost();
+        },
+        () => {
+          // A failed heartbeat is not a lost lease: the lease simply runs out if the store
+          // stays unreachable, and the next fenced write tells the truth.
+        },
+      );
+    }, heartbeatMs);
+    this.timer.unref?.();
+  }
+
+  private stopHeartbeat(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  private close(state: 'finished' | 'released' | 'lost'): void {
+    this.state = state;
+    this.stopHeartbeat();
+  }
+
+  private lost(): LeaseLostError {
+    const error = new LeaseLostError();
+    if (this.state === 'open') {
+      this.close('lost');
+      this.emit('lease-lost');
+      this.abort.abort(error);
+    }
+    return error;
+  }
+
+  private ensureOpen(): void {
+    if (this.state === 'lost') throw new LeaseLostError();
+    if (this.state !== 'open') throw new ExecutionClosedError(`This execution has already ${this.state}`);
+  }
+
+  private emit(type: IdemEvent['type'], phase?: string): void {
+    const event: IdemEvent = { type, scope: this.scope, key: this.key, token: this.ref.token };
+    if (phase !== undefined) event.phase = phase;
+    try {
+      this.settings.onEvent?.(event);
+    } catch {
+      // An observer's failure must not change the outcome of the work.
+    }
+  }
+}
+
+function checkPhaseName(name: string): void {
+  if (typeof name !== 'string' || !PHASE_NAME_PATTERN.test(name)) {
+    throw new InvalidPhaseError(`Phase name ${JSON.stringify(name)} must be 1-64 characters of [A-Za-z0-9_.-]`);
+  }
+  if (name === RECOVERY_POINT_START || name === RECOVERY_POINT_FINISHED) {
+    throw new InvalidPhaseError(`Phase name "${name}" is reserved`);
+  }
+}
+
+function toJson(value: unknown): unknown {
+  const text = JSON.stringify(value);
+  return text === undefined ? null : JSON.parse(text);
+}
+
+function checkResponse(r: StoredResponse): StoredResponse {
+  if (!r || !Number.isInteger(r.status) || r.status < 100 || r.status > 599) {
+    throw new TypeError('A stored response needs an integer status between 100 and 599');
+  }
+  if (!(r.body instanceof Uint8Array)) throw new TypeError('A stored response body must be a Uint8Array');
+  return r;
+}

@@ -1,0 +1,175 @@
+/**
+ * Express middleware: a thin layer over the web-standard core. Mount it after your body
+ * parser (or before any: it then reads the raw body itself and leaves it in `req.body` as a
+ * Buffer), and mount `onError` after your routes so a thrown error releases the lease.
+ *
+ * @example
+ * ```ts
+ * import { idempotency } from 'idem/express';
+ * const idem = idempotency({ store, required: true });
+ * app.post('/v1/orders', express.json(), idem, async (req, res) => {
+ *   const order = await res.locals.idem.phase('order_created', (tx) => insertOrder(tx, req.body));
+ *   res.status(201).json(order);
+ * });
+ * app.use(idem.onError);
+ * ```
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IdempotencyContext } from '../http/context.js';
+import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
+
+/** The slice of an Express request used here. */
+interface ReqLike extends IncomingMessage {
+  body?: unknown;
+  originalUrl?: string;
+}
+/** The slice of an Express response used here. */
+interface ResLike extends ServerResponse {
+  locals: Record<string, unknown>;
+}
+type Next = (error?: unknown) => void;
+
+/** The middleware, plus an error middleware to mount after the routes. */
+export interface ExpressIdempotency<Tx = unknown> {
+  (req: ReqLike, res: ResLike, next: Next): Promise<void>;
+  /** Error middleware: a thrown error in a protected route releases the lease and answers a 500 problem. */
+  onError: (error: unknown, req: ReqLike, res: ResLike, next: Next) => Promise<void>;
+  /** The core, for direct use. */
+  core: HttpIdempotency<Tx>;
+}
+
+const PREPARED = Symbol('idem.prepared');
+
+/**
+ * Creates the middleware. The context is at `res.locals.idem` (and `req.idem`). The
+ * response is buffered and recorded before it is sent, so a client that received it gets
+ * the same bytes from every retry.
+ *
+ * @throws {InvalidOptionError} at creation for bad options
+ */
+export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): ExpressIdempotency<Tx> {
+  const core = new HttpIdempotency<Tx>(options);
+  const headerName = (options.headerName ?? 'Idempotency-Key').toLowerCase();
+
+  const middleware = async function idempotencyMiddleware(req: ReqLike, res: ResLike, next: Next): Promise<void> {
+    try {
+      if (!core.protects(req.method ?? 'GET')) return next();
+      const parsedObject = req.body !== undefined && req.body !== null && typeof req.body === 'object' && !(req.body instanceof Uint8Array);
+      const body = await bodyBytes(req);
+      const headers = new Headers();
+      for (const [name, value] of Object.entries(req.headers)) {
+        if (Array.isArray(value)) for (const v of value) headers.append(name, v);
+        else if (value !== undefined) headers.set(name, value);
+      }
+      if (parsedObject) headers.set('content-type', 'application/json');
+      const prepared = await core.prepare({
+        method: req.method ?? 'GET',
+        url: req.originalUrl ?? req.url ?? '/',
+        headers,
+        body,
+        keyHeaderLines: (req.headersDistinct as Record<string, string[] | undefined> | undefined)?.[headerName],
+      });
+      if (prepared.kind === 'pass') return next();
+      if (prepared.kind === 'respond') return void (await send(res, prepared.response));
+      (req as unknown as Record<symbol, unknown>)[PREPARED] = prepared;
+      res.locals.idem = prepared.context;
+      (req as unknown as { idem: IdempotencyContext<Tx> }).idem = prepared.context;
+      capture(res, prepared);
+      next();
+    } catch (error) {
+      next(error);
+    }
+  } as ExpressIdempotency<Tx>;
+
+  middleware.onError = async function idempotencyErrors(error, req, res, next) {
+    const prepared = (req as unknown as Record<symbol, Prepared<Tx> | undefined>)[PREPARED];
+    if (!prepared || prepared.kind !== 'execute' || res.headersSent) return next(error);
+    delete (req as unknown as Record<symbol, unknown>)[PREPARED];
+    restore(res);
+    await send(res, await prepared.fail(error));
+  };
+  middleware.core = core;
+  return middleware;
+}
+
+/** The raw body: from a body parser's result, or read from the stream (and left in `req.body`). */
+async function bodyBytes(req: ReqLike): Promise<Uint8Array | null> {
+  const parsed = req.body;
+  if (parsed === undefined || parsed === null) {
+    if (req.readableEnded) return null; // consumed by something that kept nothing
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const raw = Buffer.concat(chunks);
+    req.body = raw;
+    return raw.length > 0 ? raw : null;
+  }
+  if (parsed instanceof Uint8Array) return parsed.length > 0 ? parsed : null;
+  if (typeof parsed === 'string') return parsed.length > 0 ? Buffer.from(parsed) : null;
+  // A body parser already consumed the stream: the parsed value is canonicalised the same
+  // way the raw JSON would be (RFC 8785 over the parsed value), so fingerprints agree.
+  // The fingerprint then sees it as JSON (see the caller), the same on every retry since the
+  // same parser runs.
+  return Buffer.from(JSON.stringify(parsed));
+}
+
+const ORIGINAL = Symbol('idem.original');
+type Writer = { write: ServerResponse['write']; end: ServerResponse['end'] };
+
+/** Buffers what the route writes; at `end`, records it and sends what the core returns. */
+function capture<Tx>(res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'execute' }>): void {
+  const original: Writer = { write: res.write, end: res.end };
+  (res as unknown as Record<symbol, Writer>)[ORIGINAL] = original;
+  const chunks: Buffer[] = [];
+  const push = (chunk: unknown, encoding?: unknown) => {
+    if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
+    chunks.push(typeof chunk === 'string' ? Buffer.from(chunk, (typeof encoding === 'string' ? encoding : 'utf8') as BufferEncoding) : Buffer.from(chunk as Uint8Array));
+  };
+  (res as ServerResponse).write = function write(chunk: unknown, encoding?: unknown, cb?: unknown) {
+    push(chunk, encoding);
+    const callback = typeof encoding === 'function' ? encoding : cb;
+    if (typeof callback === 'function') queueMicrotask(() => (callback as () => void)());
+    return true;
+  } as ServerResponse['write'];
+  (res as ServerResponse).end = function end(chunk?: unknown, encoding?: unknown) {
+    push(chunk, encoding);
+    restore(res);
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(res.getHeaders())) {
+      if (Array.isArray(value)) for (const v of value) headers.append(name, String(v));
+      else if (value !== undefined) headers.set(name, String(value));
+    }
+    const status = res.statusCode;
+    const body = Buffer.concat(chunks);
+    const response = new Response([101, 103, 204, 205, 304].includes(status) ? null : body, { status, headers });
+    prepared.complete(response).then(
+      (out) => send(res, out),
+      (error) => send(res, new Response(String(error), { status: 500 })),
+    );
+    return res;
+  } as ServerResponse['end'];
+}
+
+function restore(res: ResLike): void {
+  const original = (res as unknown as Record<symbol, Writer | undefined>)[ORIGINAL];
+  if (!original) return;
+  (res as ServerResponse).write = original.write;
+  (res as ServerResponse).end = original.end;
+  delete (res as unknown as Record<symbol, unknown>)[ORIGINAL];
+}
+
+/** Writes a web Response out through Node's response, replacing any headers set so far. */
+async function send(res: ResLike, response: Response): Promise<void> {
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  res.statusCode = response.status;
+  const setCookies = response.headers.getSetCookie();
+  response.headers.forEach((value, name) => {
+    if (name !== 'set-cookie') res.setHeader(name, value);
+  });
+  if (setCookies.length > 0) res.setHeader('set-cookie', setCookies);
+  const body = response.body ? Buffer.from(await response.arrayBuffer()) : undefined;
+  if (body !== undefined) res.setHeader('content-length', body.length);
+  res.end(body);
+}
+
+export { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
+export type { IdempotencyContext } from '../http/context.js';

@@ -1,0 +1,296 @@
+import { DEFAULT_HEADER_NAME, DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
+import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
+import { fingerprint } from '../core/fingerprint.js';
+import { parseIdempotencyKey, validateKey } from '../core/key.js';
+import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import { IdempotencyContext } from './context.js';
+import { idemProblem, ProblemKind, type ProblemFormat } from './problem.js';
+import { captureResponse, replayHeaderFilter, replayResponse, type ResponseCapture } from './response.js';
+import { credentialScope } from './scope.js';
+
+/** A request as the HTTP core sees it, whatever the framework. */
+export interface HttpRequestInput {
+  /** HTTP method, any case. */
+  method: string;
+  /** Absolute URL, or path with query (`/v1/charges?expand=x`). */
+  url: string;
+  headers: Headers;
+  /** Raw body bytes, read once; `null` for none. */
+  body: Uint8Array | null;
+  /**
+   * The key header's lines as sent, when the runtime keeps repeated lines apart (Node's
+   * `req.headersDistinct`); lets two `Idempotency-Key` lines be rejected (conformance 5).
+   */
+  keyHeaderLines?: string[] | undefined;
+}
+
+/** Options of the HTTP layer (all adapters take these). Durations are in ms. */
+export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>, 'store'> {
+  /** Where keys live, e.g. `new PostgresStore({ client })`. Give either `store` or `engine`. */
+  store?: EngineOptions<Tx>['store'];
+  /** A shared engine (then lease/retention options come from it). */
+  engine?: IdempotencyEngine<Tx>;
+  /**
+   * Methods protected; a key on any other method is ignored (conformance 1).
+   * @default ['POST', 'PATCH']
+   */
+  methods?: string[];
+  /**
+   * Require a key: a protected request without one gets 400, and the handler does not run
+   * (conformance 2). Without it, such a request passes through unprotected.
+   * @default false
+   */
+  required?: boolean;
+  /**
+   * Request header carrying the key, e.g. `PayPal-Request-Id` (conformance 4).
+   * @default 'Idempotency-Key'
+   */
+  headerName?: string;
+  /**
+   * Takes the key from somewhere else, e.g. a body field (EC2 `ClientToken` style). Return
+   * `undefined` for none. Replaces the header.
+   */
+  getKey?: (request: HttpRequestInput) => string | undefined;
+  /**
+   * Resolves the scope (tenant / API credential) of a request (conformance 6). The default
+   * hashes the `Authorization` header, safe without configuration.
+   */
+  scope?: (request: HttpRequestInput) => string | Promise<string>;
+  /** Request headers that are part of the fingerprint, e.g. `['Stripe-Version']` (conformance 7). @default [] */
+  fingerprintHeaders?: string[];
+  /** Response headers stored and replayed; Set-Cookie, Authorization and the like are never stored. */
+  replayHeaders?: string[];
+  /**
+   * Status for a key reused with a different request: 422 (draft), 400 (Stripe) or 409
+   * (Brandur Leach).
+   * @default 422
+   */
+  mismatchStatus?: 400 | 409 | 422;
+  /**
+   * A handler that throws: `release` ends the lease and keeps the recovery point, the client
+   * gets a 500 problem and its retry resumes (conformance 10); `store` stores that 500 and
+   * replays it (Stripe).
+   * @default 'release'
+   */
+  onThrow?: 'release' | 'store';
+  /**
+   * Statuses that mean "rejected before work started" when no atomic phase has committed:
+   * not stored, claim deleted, the client may retry with the same key (seed, "What gets
+   * stored"). After a phase has committed every response is stored (conformance 9).
+   * @default [400, 401, 403, 422, 429]
+   */
+  discardStatuses?: number[];
+  /** Format of idem's own error bodies (Stripe `error` member, docs link). */
+  problems?: ProblemFormat;
+  /** Called with every error a handler throws (after the client's response is decided). @default console.error */
+  onHandlerError?: (error: unknown, context: IdempotencyContext<Tx>) => void;
+}
+
+/** Outcome of {@link HttpIdempotency.prepare}. */
+export type Prepared<Tx = unknown> =
+  /** Not protected (method, or no key and not required): run the handler as usual. */
+  | { kind: 'pass' }
+  /** Answer without running the handler: a replay or one of idem's problems. */
+  | { kind: 'respond'; response: Response }
+  /** Run the handler with `context`, then send what `complete` (or, on a throw, `fail`) returns. */
+  | {
+      kind: 'execute';
+      context: IdempotencyContext<Tx>;
+      complete(response: Response): Promise<Response>;
+      fail(error: unknown): Promise<Response>;
+    };
+
+/**
+ * The framework-neutral HTTP core on web-standard Request/Response. Adapters (Hono, Express)
+ * are thin layers over {@link prepare}; {@link handle} serves any fetch-style runtime.
+ */
+export class HttpIdempotency<Tx = unknown> {
+  readonly engine: IdempotencyEngine<Tx>;
+  private readonly methods: Set<string>;
+  private readonly headerName: string;
+  private readonly capture: ResponseCapture;
+  private readonly discardStatuses: Set<number>;
+  private readonly problems: ProblemFormat;
+
+  /** @throws {InvalidOptionError} for missing store/engine or bad options (at start-up, never per request). */
+  constructor(private readonly options: IdempotencyOptions<Tx>) {
+    if (options.engine) this.engine = options.engine;
+    else if (options.store) this.engine = new IdempotencyEngine<Tx>({ ...options, store: options.store });
+    else throw new InvalidOptionError('idem: pass `store` (e.g. new PostgresStore({ client })) or `engine`');
+    this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
+    this.headerName = options.headerName ?? DEFAULT_HEADER_NAME;
+    const keep = replayHeaderFilter(options.replayHeaders ?? DEFAULT_REPLAY_HEADERS);
+    this.capture = (response) => captureResponse(response, keep);
+    this.discardStatuses = new Set(options.discardStatuses ?? [400, 401, 403, 422, 429]);
+    this.problems = options.problems ?? {};
+    if (![undefined, 400, 409, 422].includes(options.mismatchStatus)) {
+      throw new InvalidOptionError('idem: mismatchStatus must be 400, 409 or 422');
+    }
+  }
+
+  /** True when requests with this method are protected. */
+  protects(method: string): boolean {
+    return this.methods.has(method.toUpperCase());
+  }
+
+  /**
+   * Decides what to do with a request before its handler runs: parse the key, resolve the
+   * scope, fingerprint the raw body, claim (seed steps 2-3). Every protocol outcome is a
+   * response (400 key, 422 mismatch, 409 in progress, 503 store unavailable).
+   *
+   * @throws {InvalidScopeError} or whatever the `scope` resolver throws (a bug in the app;
+   *   nothing was claimed).
+   */
+  async prepare(request: HttpRequestInput): Promise<Prepared<Tx>> {
+    if (!this.protects(request.method)) return { kind: 'pass' };
+    let key: string | undefined;
+    try {
+      key = this.options.getKey
+        ? optionalKey(this.options.getKey(request))
+        : parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.headerName));
+    } catch (error) {
+      if (!(error instanceof InvalidKeyError)) throw error;
+      return this.problem(ProblemKind.InvalidKey, 400, `${error.message}.`);
+    }
+    if (key === undefined) {
+      if (!this.options.required) return { kind: 'pass' };
+      return this.problem(ProblemKind.MissingKey, 400, `Send an ${this.headerName} header (1-255 printable ASCII characters, e.g. a UUID) with this request.`);
+    }
+    let begun;
+    try {
+      const scope = this.options.scope ? await this.options.scope(request) : credentialScope(request.headers);
+      const url = new URL(request.url, 'http://idem.invalid');
+      const fp = fingerprint({
+        method: request.method,
+        path: url.pathname,
+        query: url.searchParams,
+        contentType: request.headers.get('content-type'),
+        body: request.body,
+        headers: (this.options.fingerprintHeaders ?? []).map((h) => [h, request.headers.get(h) ?? ''] as const),
+      });
+      begun = await this.engine.begin({ scope, key, fingerprint: fp });
+    } catch (error) {
+      if (error instanceof StoreUnavailableError) {
+        return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', { 'retry-after': '1' });
+      }
+      // A scope resolver that throws, or returns an invalid scope, is a bug in the app:
+      // surface it to the framework's error handling. Nothing was claimed.
+      throw error;
+    }
+    switch (begun.kind) {
+      case 'replay':
+        return { kind: 'respond', response: replayResponse(begun.response) };
+      case 'mismatch':
+        return this.problem(
+          ProblemKind.KeyReused,
+          this.options.mismatchStatus ?? 422,
+          'This idempotency key was already used with a different request (method, path, query or body). Use a new key for a new request.',
+        );
+      case 'in-progress': {
+        const seconds = Math.max(1, Math.min(Math.ceil(begun.retryAfterMs / 1000), Math.ceil(this.engine.leaseMs / 1000)));
+        return this.problem(ProblemKind.InProgress, 409, 'A request with this idempotency key is still being processed. Retry later with the same key.', {
+          'retry-after': String(seconds),
+        });
+      }
+      case 'execute': {
+        const context = new IdempotencyContext<Tx>(begun.execution, this.capture);
+        return {
+          kind: 'execute',
+          context,
+          complete: (response) => this.complete(context, response),
+          fail: (error) => this.fail(context, error),
+        };
+      }
+    }
+  }
+
+  /**
+   * Serves a web-standard request: reads the body once, rebuilds the request so the handler
+   * can read it again, and runs `handler` under idempotency protection.
+   *
+   * @param handler receives the rebuilt request and the context (`undefined` when unprotected)
+   */
+  async handle(
+    request: Request,
+    handler: (request: Request, context: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>,
+  ): Promise<Response> {
+    if (!this.protects(request.method)) return handler(request, undefined);
+    const body = request.body ? new Uint8Array(await request.arrayBuffer()) : null;
+    const rebuilt = new Request(request.url, { method: request.method, headers: request.headers, body });
+    const prepared = await this.prepare({ method: request.method, url: request.url, headers: request.headers, body });
+    if (prepared.kind === 'pass') return handler(rebuilt, undefined);
+    if (prepared.kind === 'respond') return prepared.response;
+    let response: Response;
+    try {
+      response = await handler(rebuilt, prepared.context);
+    } catch (error) {
+      return prepared.fail(error);
+    }
+    return prepared.complete(response);
+  }
+
+  private async complete(context: IdempotencyContext<Tx>, response: Response): Promise<Response> {
+    const execution = context.execution;
+    if (execution.status === 'finished') return response; // the handler stored it via respond()
+    if (execution.status === 'lost') return this.leaseLost();
+    if (execution.status === 'released') return response;
+    if (!execution.workStarted && (context.rejected || this.discardStatuses.has(response.status))) {
+      await execution.discard().catch(() => undefined); // if the store is down the lease just runs out
+      return response;
+    }
+    const { stored, response: sent } = await this.capture(response);
+    try {
+      await execution.finish(stored);
+      return sent;
+    } catch (error) {
+      if (error instanceof LeaseLostError) return this.leaseLost();
+      await execution.release().catch(() => undefined);
+      return this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' }).response;
+    }
+  }
+
+  private async fail(context: IdempotencyContext<Tx>, error: unknown): Promise<Response> {
+    const execution = context.execution;
+    if (error instanceof LeaseLostError || execution.status === 'lost') return this.leaseLost();
+    (this.options.onHandlerError ?? defaultOnHandlerError)(error, context);
+    const problem = this.problem(
+      ProblemKind.ExecutionFailed,
+      500,
+      this.options.onThrow === 'store'
+        ? 'The request failed. This outcome is stored for this idempotency key.'
+        : 'The request failed before it completed. Retry with the same idempotency key; completed steps are not repeated.',
+    ).response;
+    if (this.options.onThrow === 'store' && execution.status === 'open') {
+      const { stored, response } = await this.capture(problem);
+      try {
+        await execution.finish(stored);
+        return response;
+      } catch (finishError) {
+        if (finishError instanceof LeaseLostError) return this.leaseLost();
+      }
+    }
+    await execution.release().catch(() => undefined);
+    return problem;
+  }
+
+  private leaseLost(): Response {
+    return this.problem(
+      ProblemKind.LeaseLost,
+      409,
+      'Another attempt took over this request after its lease expired; this attempt stopped without recording a result. Retry with the same key to get the outcome.',
+      { 'retry-after': '1' },
+    ).response;
+  }
+
+  private problem(kind: ProblemKind, status: number, detail: string, headers?: Record<string, string>): { kind: 'respond'; response: Response } {
+    return { kind: 'respond', response: idemProblem(kind, status, detail, this.problems, headers) };
+  }
+}
+
+function optionalKey(key: string | undefined): string | undefined {
+  return key === undefined ? undefined : validateKey(key);
+}
+
+function defaultOnHandlerError(error: unknown): void {
+  console.error('idem: handler failed', error);
+}

@@ -1,0 +1,49 @@
+import { DEFAULT_REPLAY_HEADERS, NEVER_REPLAYED_HEADERS, REPLAYED_HEADER } from '../core/constants.js';
+import type { StoredResponse } from '../store/types.js';
+
+/** Statuses whose responses have no body (RFC 9110 §6.4.1, §15.3.5, §15.4.5). */
+const NULL_BODY = new Set([101, 103, 204, 205, 304]);
+
+/**
+ * Builds the normalised list of response headers to store: lower-case names on the
+ * allow-list, never any of {@link NEVER_REPLAYED_HEADERS} (Set-Cookie, Authorization, …).
+ */
+export function replayHeaderFilter(allow: readonly string[] = DEFAULT_REPLAY_HEADERS): (name: string) => boolean {
+  const never = new Set<string>(NEVER_REPLAYED_HEADERS);
+  const allowed = new Set(allow.map((h) => h.toLowerCase()).filter((h) => !never.has(h)));
+  return (name) => allowed.has(name.toLowerCase());
+}
+
+/**
+ * Reads a response once: its exact body bytes and the headers to store.
+ *
+ * @returns the stored form, and a copy of the response (status, all headers, same bytes)
+ *   to send to this client, since the original's body stream is consumed.
+ */
+export async function captureResponse(
+  response: Response,
+  keepHeader: (name: string) => boolean,
+): Promise<{ stored: StoredResponse; response: Response }> {
+  const body = new Uint8Array(await response.arrayBuffer());
+  const headers: Array<[string, string]> = [];
+  response.headers.forEach((value, name) => {
+    if (keepHeader(name)) headers.push([name.toLowerCase(), value]);
+  });
+  const copy = new Response(NULL_BODY.has(response.status) ? null : body, {
+    status: response.status,
+    statusText: response.statusText,
+    headers: response.headers,
+  });
+  return { stored: { status: response.status, headers, body }, response: copy };
+}
+
+/** Reads a response once into its stored form and a copy to send. */
+export type ResponseCapture = (response: Response) => Promise<{ stored: StoredResponse; response: Response }>;
+
+/** A stored response as sent to a retry: same status, same bytes, stored headers and `Idempotent-Replayed: true`. */
+export function replayResponse(stored: StoredResponse): Response {
+  const headers = new Headers();
+  for (const [name, value] of stored.headers) headers.append(name, value);
+  headers.set(REPLAYED_HEADER, 'true');
+  return new Response(NULL_BODY.has(stored.status) ? null : stored.body, { status: stored.status, headers });
+}

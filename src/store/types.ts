@@ -1,0 +1,120 @@
+import type { KeyState } from '../core/constants.js';
+
+/**
+ * A response as stored and replayed: status, allow-listed headers (lower-case names, in
+ * order; a name may repeat) and the exact body bytes (conformance 8).
+ */
+export interface StoredResponse {
+  status: number;
+  headers: Array<[string, string]>;
+  body: Uint8Array;
+}
+
+/** Results of completed atomic phases, by phase name: JSON values. */
+export type PhaseResults = Record<string, unknown>;
+
+/** Identifies one claim: the key within its scope, held under a fencing token. */
+export interface KeyRef {
+  scope: string;
+  key: string;
+  /** The fencing token (`lock_version`) this worker holds; every write is conditional on it. */
+  token: number;
+}
+
+/** An existing key row, as read on the conflict path (seed statement 2). */
+export interface KeyRecord {
+  scope: string;
+  key: string;
+  state: KeyState;
+  /** SHA-256 of the canonical request, 32 bytes. */
+  fingerprint: Uint8Array;
+  /** Last completed atomic phase, or `start`. */
+  recoveryPoint: string;
+  phaseResults: PhaseResults;
+  /** The current fencing token. */
+  token: number;
+  /** True when the lease is NULL or in the past, by the database clock. */
+  leaseExpired: boolean;
+  /** Milliseconds left on the lease by the database clock; 0 when expired. */
+  leaseRemainingMs: number;
+  /** Present when `state` is `done`. */
+  response?: StoredResponse;
+  createdAt: Date;
+}
+
+/** Input of a claim (seed step 3). */
+export interface ClaimInput {
+  scope: string;
+  key: string;
+  fingerprint: Uint8Array;
+  /** Lease length in ms, added to the database's `now()`. */
+  leaseMs: number;
+  /** Retention in ms: an existing row older than this counts as absent and is replaced. */
+  retentionMs: number;
+}
+
+/** Outcome of a claim: this worker owns the key, or the key already exists. */
+export type ClaimResult =
+  | { outcome: 'claimed'; token: number }
+  | { outcome: 'exists'; record: KeyRecord };
+
+/** Outcome of a takeover attempt. */
+export type TakeOverResult =
+  | { outcome: 'taken'; token: number; recoveryPoint: string; phaseResults: PhaseResults }
+  /** Someone else took over, the lease was renewed, the key finished, or it is gone: read again. */
+  | { outcome: 'lost' };
+
+/** Outcome of a fenced write: done, or the token is stale and nothing changed. */
+export type Fenced<T = void> = { outcome: 'ok'; value: T } | { outcome: 'fenced' };
+
+/**
+ * What a commit records together with its local effects: either an atomic phase's recovery
+ * point and result (the lease is renewed), or the final response (state `done`, lease cleared).
+ */
+export type CommitRecord =
+  | { kind: 'phase'; phase: string; result: unknown; leaseMs: number }
+  | { kind: 'finish'; response: StoredResponse };
+
+/**
+ * The storage behind idem: one row per (scope, key). Expected outcomes are result unions;
+ * only failures of the store itself throw. Every method after `claim` is fenced by the
+ * token: a worker whose token is stale changes nothing and gets `{ outcome: 'fenced' }`.
+ *
+ * @typeParam Tx the transaction handle passed to local effects (for the PostgreSQL store,
+ *   a client on which the transaction is open).
+ */
+export interface IdempotencyStore<Tx = unknown> {
+  /**
+   * Inserts the key as `started` with a lease, committed on its own so concurrent duplicates
+   * see it at once (seed statement 1). A row past retention is replaced as if absent.
+   * On conflict returns the existing row (seed statement 2).
+   */
+  claim(input: ClaimInput): Promise<ClaimResult>;
+
+  /**
+   * Takes over a `started` key whose lease expired, only if its token is still `expectedToken`
+   * (seed statement 3). The new token is `expectedToken + 1`.
+   */
+  takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult>;
+
+  /**
+   * Runs `effects` and records `record(value)` in one transaction, fenced by `ref.token`
+   * (seed steps 4-5). If the token is stale the effects are rolled back and the result is
+   * `fenced`. If `effects` throws, everything is rolled back and the error propagates.
+   */
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
+
+  /** Extends the lease to `now() + leaseMs` (the heartbeat, conformance 16). */
+  extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced>;
+
+  /**
+   * Ends this worker's lease without finishing, keeping the recovery point, so the next retry
+   * takes over at once and resumes (conformance 10). With `discard`, a key on which no phase
+   * has committed is deleted instead: the request was rejected before work started and the
+   * client may fix it and retry with the same key (seed, "What gets stored").
+   */
+  release(ref: KeyRef, options?: { discard?: boolean }): Promise<Fenced<'released' | 'deleted'>>;
+
+  /** Reads a key, or `undefined` when absent or past retention. */
+  get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined>;
+}

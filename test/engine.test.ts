@@ -1,0 +1,665 @@
+/**
+ * The engine and its executions on a real store (PGlite always, PostgreSQL when DATABASE_URL
+ * is set): claim, decide, take over, atomic phases, calls, heartbeat, release, discard.
+ */
+import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { PGlite } from '@electric-sql/pglite';
+import { engines, freshStore } from './helpers/engines.js';
+import { IdempotencyEngine, type BeginResult, type EngineOptions } from '../src/engine/engine.js';
+import type { Execution, IdemEvent } from '../src/engine/execution.js';
+import { PostgresStore } from '../src/postgres/index.js';
+import type { Queryable, SqlClient } from '../src/postgres/client.js';
+import type { StoredResponse } from '../src/store/types.js';
+import { deriveKey } from '../src/core/derived-key.js';
+import {
+  ErrorCode,
+  ExecutionClosedError,
+  InvalidKeyError,
+  InvalidOptionError,
+  InvalidPhaseError,
+  InvalidScopeError,
+  LeaseLostError,
+  StoreUnavailableError,
+} from '../src/core/errors.js';
+
+type X = Execution<Queryable>;
+const SCOPE = 'tenant-1';
+const FP = new Uint8Array(32).fill(1);
+const OTHER_FP = new Uint8Array(32).fill(2);
+/** A short lease, for tests that wait for it to run out. */
+const SHORT_LEASE_MS = 200;
+
+const q = (client: SqlClient): Queryable => client as Queryable;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const response = (status: number, body: number[] = []): StoredResponse => ({
+  status,
+  headers: [['content-type', 'application/octet-stream']],
+  body: new Uint8Array(body),
+});
+
+function executionOf(result: BeginResult<Queryable>): X {
+  assert.equal(result.kind, 'execute', `expected execute, got ${result.kind}`);
+  return (result as Extract<BeginResult<Queryable>, { kind: 'execute' }>).execution;
+}
+
+/** Calls `probe` every 20 ms until `done` holds for its result, or fails after `timeoutMs`. */
+async function eventually<T>(probe: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 3000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (done(value)) return value;
+    if (Date.now() > deadline) assert.fail(`condition not reached within ${timeoutMs} ms; last value ${JSON.stringify(value)}`);
+    await sleep(20);
+  }
+}
+
+for (const engineDef of engines) {
+  describe(`IdempotencyEngine on ${engineDef.name}`, () => {
+    let db: Awaited<ReturnType<typeof engineDef.open>>;
+    let ctx: Awaited<ReturnType<typeof freshStore>>;
+    let side: string;
+    const open: X[] = [];
+
+    before(async () => {
+      db = await engineDef.open();
+    });
+    after(async () => {
+      await db.close();
+    });
+    beforeEach(async () => {
+      ctx = await freshStore(db.client);
+      side = `${ctx.table}_side`;
+      await q(db.client).query(`CREATE TABLE "${side}" (id serial PRIMARY KEY, note text NOT NULL)`);
+    });
+    afterEach(async () => {
+      // Stop any heartbeat still running before its table disappears.
+      for (const x of open.splice(0)) await x.release().catch(() => {});
+      await q(db.client).query(`DROP TABLE IF EXISTS "${side}"`);
+      await ctx.drop();
+    });
+
+    const makeEngine = (options: Partial<EngineOptions<Queryable>> = {}) =>
+      new IdempotencyEngine<Queryable>({ store: ctx.store, ...options });
+    const begin = async (engine: IdempotencyEngine<Queryable>, key = 'k', fingerprint = FP) => {
+      const result = await engine.begin({ scope: SCOPE, key, fingerprint });
+      if (result.kind === 'execute') open.push(result.execution);
+      return result;
+    };
+    /** Waits until the lease on `key` has run out and a begin takes it over. */
+    const takeOver = async (engine: IdempotencyEngine<Queryable>, key = 'k') =>
+      executionOf(await eventually(() => begin(engine, key), (r) => r.kind !== 'in-progress'));
+    const sideNotes = async (): Promise<string[]> =>
+      (await q(db.client).query(`SELECT note FROM "${side}" ORDER BY id`)).rows.map((r) => String(r.note));
+    const insertSide = (note: string) => async (tx: Queryable) => {
+      await tx.query(`INSERT INTO "${side}" (note) VALUES ($1)`, [note]);
+      return note;
+    };
+    const record = (key = 'k') => ctx.store.get(SCOPE, key, 86_400_000);
+
+    describe('begin', () => {
+      it('executes a new key with token 0, not resumed', async () => {
+        const x = executionOf(await begin(makeEngine()));
+        assert.equal(x.token, 0);
+        assert.equal(x.resumed, false);
+        assert.equal(x.resumedFrom, 'start');
+        assert.equal(x.status, 'open');
+        assert.equal(x.workStarted, false);
+        assert.equal(x.scope, SCOPE);
+        assert.equal(x.key, 'k');
+      });
+
+      it('answers in-progress to a second begin while the lease is valid, with retryAfterMs within the lease', async () => {
+        const engine = makeEngine({ leaseMs: 5000 });
+        executionOf(await begin(engine));
+        const second = await begin(engine);
+        assert.equal(second.kind, 'in-progress');
+        const { retryAfterMs } = second as Extract<BeginResult, { kind: 'in-progress' }>;
+        assert.ok(retryAfterMs > 0 && retryAfterMs <= 5000, `retryAfterMs ${retryAfterMs}`);
+        assert.ok(retryAfterMs > 3000, `retryAfterMs ${retryAfterMs} reflects the remaining lease`);
+      });
+
+      it('answers mismatch to a different fingerprint, before in-progress and before replay', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        const whileRunning = await begin(engine, 'k', OTHER_FP);
+        assert.equal(whileRunning.kind, 'mismatch');
+        assert.deepEqual(
+          Array.from((whileRunning as Extract<BeginResult, { kind: 'mismatch' }>).record.fingerprint),
+          Array.from(FP),
+        );
+
+        await x.finish(response(201, [1, 2, 3]));
+        assert.equal((await begin(engine, 'k', OTHER_FP)).kind, 'mismatch');
+        const replay = await begin(engine);
+        assert.equal(replay.kind, 'replay', 'the mismatch left the stored row untouched');
+      });
+
+      it('answers mismatch, not take-over, to a different fingerprint after the lease expired', async () => {
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+        executionOf(await begin(engine));
+        await eventually(() => record(), (r) => r?.leaseExpired === true);
+        assert.equal((await begin(engine, 'k', OTHER_FP)).kind, 'mismatch');
+        assert.equal((await record())?.token, 0, 'nothing was taken over');
+      });
+
+      it('replays a stored 402 with its exact bytes', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        await x.finish(response(402, [0, 255, 10, 0]));
+        const replay = await begin(engine);
+        assert.equal(replay.kind, 'replay');
+        const stored = (replay as Extract<BeginResult, { kind: 'replay' }>).response;
+        assert.equal(stored.status, 402);
+        assert.deepEqual(stored.headers, [['content-type', 'application/octet-stream']]);
+        assert.deepEqual(Array.from(stored.body), [0, 255, 10, 0]);
+      });
+
+      it('rejects an invalid key, scope or fingerprint before touching the store', async () => {
+        const engine = makeEngine();
+        await assert.rejects(engine.begin({ scope: SCOPE, key: '', fingerprint: FP }), InvalidKeyError);
+        await assert.rejects(engine.begin({ scope: SCOPE, key: 'x'.repeat(256), fingerprint: FP }), InvalidKeyError);
+        await assert.rejects(engine.begin({ scope: '', key: 'k', fingerprint: FP }), InvalidScopeError);
+        await assert.rejects(engine.begin({ scope: 's'.repeat(256), key: 'k', fingerprint: FP }), InvalidScopeError);
+        await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: new Uint8Array(31) }), TypeError);
+        assert.equal(Number((await q(db.client).query(`SELECT count(*)::int AS n FROM "${ctx.table}"`)).rows[0]!.n), 0);
+      });
+    });
+
+    describe('phases and takeover', () => {
+      it('commits phases, and after a takeover skips completed phases and returns their recorded results', async () => {
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+        const calls = { order: 0, charge: 0 };
+        const orderPhase = async (tx: Queryable) => {
+          calls.order++;
+          await insertSide('order')(tx);
+          return { orderId: 42, createdAt: new Date(Date.UTC(2024, 0, 2, 3, 4, 5)) };
+        };
+
+        const first = executionOf(await begin(engine));
+        const firstResult = await first.phase('order_created', orderPhase);
+        assert.deepEqual(firstResult, { orderId: 42, createdAt: '2024-01-02T03:04:05.000Z' }, 'a Date becomes a string on the first run too');
+        assert.equal(first.workStarted, true);
+        assert.equal(first.completed('order_created'), true);
+        const stored = await record();
+        assert.equal(stored?.recoveryPoint, 'order_created');
+        assert.deepEqual(stored?.phaseResults, { order_created: firstResult });
+        // The worker "crashes" here: no finish, no release.
+
+        const second = await takeOver(engine);
+        assert.equal(second.token, 1);
+        assert.equal(second.resumed, true);
+        assert.equal(second.resumedFrom, 'order_created');
+        assert.equal(second.workStarted, true);
+        assert.deepEqual(second.result('order_created'), firstResult);
+        const resumedResult = await second.phase('order_created', orderPhase);
+        assert.deepEqual(resumedResult, firstResult);
+        assert.equal(calls.order, 1, 'the completed phase did not run again');
+        assert.deepEqual(await sideNotes(), ['order'], 'its effects exist once');
+
+        const charge = await second.phase('charge_recorded', async () => {
+          calls.charge++;
+          return 'ch_1';
+        });
+        assert.equal(charge, 'ch_1');
+        assert.equal(calls.charge, 1);
+        await second.finish(response(201));
+        assert.equal((await begin(engine)).kind, 'replay');
+      });
+
+      it('rolls back a phase whose function throws, keeps the recovery point and rethrows', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        await x.phase('a', insertSide('a'));
+        const boom = new Error('boom');
+        await assert.rejects(
+          x.phase('b', async (tx) => {
+            await insertSide('b')(tx);
+            throw boom;
+          }),
+          (e) => e === boom,
+        );
+        assert.deepEqual(await sideNotes(), ['a']);
+        assert.equal((await record())?.recoveryPoint, 'a');
+        assert.equal(x.completed('b'), false);
+        assert.equal(x.status, 'open', 'the execution may go on');
+        assert.equal(await x.phase('b', async () => 2), 2);
+      });
+
+      it('records a phase that returns undefined as null', async () => {
+        const x = executionOf(await begin(makeEngine()));
+        assert.equal(await x.phase('nothing', async () => undefined), null);
+        assert.deepEqual((await record())?.phaseResults, { nothing: null });
+      });
+    });
+
+    describe('call', () => {
+      it('passes the derived key, records the result and is not repeated after a takeover', async () => {
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+        const seen: string[] = [];
+        const charge = async (derivedKey: string, signal: AbortSignal) => {
+          assert.ok(signal instanceof AbortSignal);
+          seen.push(derivedKey);
+          return { id: 'ch_1', at: new Date(0) };
+        };
+        const first = executionOf(await begin(engine));
+        const result = await first.call('psp_charge', charge);
+        assert.deepEqual(result, { id: 'ch_1', at: '1970-01-01T00:00:00.000Z' });
+        assert.deepEqual(seen, [deriveKey(SCOPE, 'k', 'psp_charge')]);
+        assert.equal(seen[0], first.derivedKey('psp_charge'));
+        const stored = await record();
+        assert.equal(stored?.recoveryPoint, 'psp_charge');
+        assert.deepEqual(stored?.phaseResults, { psp_charge: result });
+
+        const second = await takeOver(engine);
+        assert.deepEqual(await second.call('psp_charge', charge), result);
+        assert.equal(seen.length, 1, 'the external call was not repeated');
+      });
+
+      it('repeats an unrecorded call after a takeover with the same derived key', async () => {
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+        const seen: string[] = [];
+        const first = executionOf(await begin(engine));
+        let second: X | undefined;
+        // The first worker's call outlives its lease; another worker takes over meanwhile.
+        await assert.rejects(
+          first.call('psp_charge', async (derivedKey) => {
+            seen.push(derivedKey);
+            second = await takeOver(engine);
+            return 'ch_first';
+          }),
+          LeaseLostError,
+        );
+        assert.ok(second);
+        assert.deepEqual((await record())?.phaseResults, {}, 'the stale result was not recorded');
+        assert.equal(await second.call('psp_charge', async (derivedKey) => (seen.push(derivedKey), 'ch_second')), 'ch_second');
+        assert.equal(seen.length, 2);
+        assert.equal(seen[0], seen[1], 'both attempts carried the same derived key');
+      });
+    });
+
+    describe('a stale execution', () => {
+      it('gets LeaseLostError from phase, call, finish and extendLease once another worker took over', async () => {
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+        const keys = ['phase', 'call', 'finish', 'extend'];
+        const stale = await Promise.all(keys.map(async (key) => executionOf(await begin(engine, key))));
+        const fresh = await Promise.all(keys.map((key) => takeOver(engine, key)));
+        fresh.forEach((x) => assert.equal(x.token, 1));
+        const [xPhase, xCall, xFinish, xExtend] = stale as [X, X, X, X];
+
+        // phase: effects rolled back, signal aborted.
+        let phaseRan = false;
+        await assert.rejects(
+          xPhase.phase('p', async (tx) => {
+            phaseRan = true;
+            return insertSide('stale-phase')(tx);
+          }),
+          (e: unknown) => e instanceof LeaseLostError && e.code === ErrorCode.LeaseLost,
+        );
+        assert.equal(phaseRan, true);
+        assert.equal(xPhase.signal.aborted, true);
+        assert.ok(xPhase.signal.reason instanceof LeaseLostError);
+        assert.equal(xPhase.status, 'lost');
+
+        // call: the call ran, its result is not recorded.
+        await assert.rejects(xCall.call('psp', async () => 'ch'), LeaseLostError);
+        assert.equal(xCall.signal.aborted, true);
+
+        // finish with effects: nothing stored, effects rolled back.
+        await assert.rejects(
+          xFinish.finish(async (tx) => {
+            await insertSide('stale-finish')(tx);
+            return response(200);
+          }),
+          LeaseLostError,
+        );
+        assert.equal(xFinish.signal.aborted, true);
+
+        await assert.rejects(xExtend.extendLease(), LeaseLostError);
+        assert.equal(xExtend.signal.aborted, true);
+
+        assert.deepEqual(await sideNotes(), [], 'no stale effect survived');
+        for (const key of keys) {
+          const r = await record(key);
+          assert.equal(r?.state, 'started');
+          assert.equal(r?.token, 1);
+          assert.deepEqual(r?.phaseResults, {});
+        }
+
+        // Once lost, every method keeps failing without running its function.
+        let ran = false;
+        await assert.rejects(xPhase.phase('q', async () => (ran = true)), LeaseLostError);
+        await assert.rejects(xPhase.call('q', async () => (ran = true)), LeaseLostError);
+        await assert.rejects(xPhase.finish(response(200)), LeaseLostError);
+        assert.equal(ran, false);
+
+        // The new owners are unaffected.
+        await fresh[2]!.finish(response(201, [7]));
+        const replay = await begin(engine, 'finish');
+        assert.equal(replay.kind, 'replay');
+        assert.equal((replay as Extract<BeginResult, { kind: 'replay' }>).response.status, 201);
+      });
+
+      it('learns from its heartbeat that the lease was taken over, and aborts its signal', async () => {
+        const engine = makeEngine({ leaseMs: 1000, heartbeatMs: 50 });
+        const stale = executionOf(await begin(engine));
+        // Force the lease out, as if the heartbeat had stalled, and let another worker take over.
+        await q(db.client).query(`UPDATE "${ctx.table}" SET locked_until = now() - interval '1 second'`);
+        const fresh = executionOf(await begin(makeEngine({ leaseMs: 1000, heartbeatMs: 0 })));
+        assert.equal(fresh.token, 1);
+        await eventually(async () => stale.signal.aborted, (aborted) => aborted, 2000);
+        assert.ok(stale.signal.reason instanceof LeaseLostError);
+        assert.equal(stale.status, 'lost');
+        assert.equal((await record())?.token, 1);
+      });
+    });
+
+    describe('heartbeat', () => {
+      it('keeps a lease alive past leaseMs', async () => {
+        const engine = makeEngine({ leaseMs: 300, heartbeatMs: 80 });
+        const x = executionOf(await begin(engine));
+        await sleep(700);
+        const concurrent = await begin(engine);
+        assert.equal(concurrent.kind, 'in-progress');
+        assert.equal((await record())?.leaseExpired, false);
+        await x.finish(response(200));
+      });
+
+      it('stops extending after maxExecutionMs, so another worker can take over', async () => {
+        const engine = makeEngine({ leaseMs: 300, heartbeatMs: 60, maxExecutionMs: 450 });
+        const started = Date.now();
+        const x = executionOf(await begin(engine));
+        await sleep(400);
+        assert.equal((await begin(engine)).kind, 'in-progress', 'the heartbeat ran past the first lease');
+        const y = await takeOver(engine);
+        const elapsed = Date.now() - started;
+        assert.equal(y.token, 1);
+        assert.ok(elapsed >= 450, `taken over after ${elapsed} ms, before maxExecutionMs`);
+        await assert.rejects(x.phase('late', async () => 1), LeaseLostError);
+      });
+
+      it('stops when the execution finishes', async () => {
+        const engine = makeEngine({ leaseMs: 300, heartbeatMs: 50 });
+        const x = executionOf(await begin(engine));
+        await x.phase('a', async () => 1);
+        await x.release();
+        await sleep(150);
+        const r = await record();
+        assert.equal(r?.leaseExpired, true, 'no heartbeat renewed the released lease');
+      });
+    });
+
+    describe('release and discard', () => {
+      it('release lets the next begin take over at once and resume', async () => {
+        const engine = makeEngine(); // 60 s lease: only the release can explain a takeover
+        const x = executionOf(await begin(engine));
+        await x.phase('a', insertSide('a'));
+        await x.release();
+        assert.equal(x.status, 'released');
+        await assert.rejects(x.phase('b', async () => 1), ExecutionClosedError);
+
+        const y = executionOf(await begin(engine));
+        assert.equal(y.token, 1);
+        assert.equal(y.resumed, true);
+        assert.equal(y.resumedFrom, 'a');
+        assert.equal(y.result('a'), 'a');
+        let ran = false;
+        assert.equal(await y.phase('a', async () => ((ran = true), 'again')), 'a');
+        assert.equal(ran, false);
+      });
+
+      it('release with nothing committed lets the next begin start over', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        await x.release();
+        const y = executionOf(await begin(engine));
+        assert.equal(y.token, 1);
+        assert.equal(y.resumed, false);
+        assert.equal(y.resumedFrom, 'start');
+      });
+
+      it('discard before any phase deletes the key: the next begin is a fresh claim, even with another body', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        assert.equal(await x.discard(), 'deleted');
+        assert.equal(await record(), undefined);
+        const y = executionOf(await begin(engine, 'k', OTHER_FP));
+        assert.equal(y.resumed, false);
+        assert.equal(y.resumedFrom, 'start');
+        // The row was deleted, so the fresh claim starts at token 0 again.
+        assert.equal(y.token, 0);
+        assert.equal(await x.discard(), 'fenced', 'a closed execution discards nothing');
+        assert.ok(await record());
+      });
+
+      it('discard after a committed phase only releases: the key keeps its fingerprint and resumes', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        await x.phase('a', insertSide('a'));
+        assert.equal(await x.discard(), 'released');
+        assert.equal((await begin(engine, 'k', OTHER_FP)).kind, 'mismatch');
+        const y = executionOf(await begin(engine));
+        assert.equal(y.resumed, true);
+        assert.equal(y.resumedFrom, 'a');
+      });
+    });
+
+    describe('finish', () => {
+      it('runs its effects and stores the response in one transaction', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        const stored = await x.finish(async (tx) => {
+          await insertSide('paid')(tx);
+          return response(201, [1, 2]);
+        });
+        assert.equal(stored.status, 201);
+        assert.equal(x.status, 'finished');
+        assert.deepEqual(await sideNotes(), ['paid']);
+        const replay = await begin(engine);
+        assert.equal(replay.kind, 'replay');
+        assert.deepEqual(Array.from((replay as Extract<BeginResult, { kind: 'replay' }>).response.body), [1, 2]);
+      });
+
+      it('leaves no effects when the finish function throws, and the key stays unfinished', async () => {
+        const engine = makeEngine();
+        const x = executionOf(await begin(engine));
+        await assert.rejects(
+          x.finish(async (tx) => {
+            await insertSide('paid')(tx);
+            throw new Error('card declined after insert');
+          }),
+          /card declined/,
+        );
+        assert.deepEqual(await sideNotes(), []);
+        assert.equal((await record())?.state, 'started');
+        assert.equal(x.status, 'open');
+      });
+
+      it('leaves no effects when the response it returns is invalid', async () => {
+        const x = executionOf(await begin(makeEngine()));
+        await assert.rejects(
+          x.finish(async (tx) => {
+            await insertSide('paid')(tx);
+            return { status: 999, headers: [], body: new Uint8Array() };
+          }),
+          TypeError,
+        );
+        await assert.rejects(x.finish({ status: 200, headers: [], body: 'text' as unknown as Uint8Array }), TypeError);
+        assert.deepEqual(await sideNotes(), []);
+        assert.equal((await record())?.state, 'started');
+      });
+
+      it('closes the execution: later calls throw ExecutionClosedError', async () => {
+        const x = executionOf(await begin(makeEngine()));
+        await x.finish(response(200));
+        await assert.rejects(x.finish(response(200)), ExecutionClosedError);
+        await assert.rejects(x.phase('a', async () => 1), ExecutionClosedError);
+        await assert.rejects(x.extendLease(), ExecutionClosedError);
+        await x.release(); // no-op
+        assert.equal(x.status, 'finished');
+        assert.equal((await record())?.state, 'done');
+      });
+    });
+
+    describe('store unavailable', () => {
+      it('throws StoreUnavailableError with the driver error as cause when the client is closed', async () => {
+        const handle = await engineDef.open();
+        const { store, drop } = await freshStore(handle.client);
+        await drop();
+        await handle.close();
+        const events: IdemEvent[] = [];
+        const engine = new IdempotencyEngine({ store, onEvent: (e) => events.push(e) });
+        await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: FP }), (error: unknown) => {
+          assert.ok(error instanceof StoreUnavailableError);
+          assert.equal(error.code, ErrorCode.StoreUnavailable);
+          assert.ok(error.cause instanceof Error, 'cause carries the driver error');
+          return true;
+        });
+        assert.deepEqual(events.map((e) => e.type), ['store-unavailable']);
+      });
+    });
+
+    describe('events', () => {
+      it('reports claimed, in-progress, mismatch, phases, release, taken-over, skip, finished and replayed', async () => {
+        const events: IdemEvent[] = [];
+        const engine = makeEngine({ onEvent: (e) => events.push(e) });
+        const x = executionOf(await begin(engine));
+        await begin(engine);
+        await begin(engine, 'k', OTHER_FP);
+        await x.phase('a', async () => 1);
+        await x.release();
+        const y = executionOf(await begin(engine));
+        await y.phase('a', async () => 2);
+        await y.finish(response(200));
+        await begin(engine);
+
+        assert.deepEqual(
+          events.map((e) => [e.type, e.token, e.phase]),
+          [
+            ['claimed', 0, undefined],
+            ['in-progress', undefined, undefined],
+            ['mismatch', undefined, undefined],
+            ['phase-committed', 0, 'a'],
+            ['released', 0, undefined],
+            ['taken-over', 1, undefined],
+            ['phase-skipped', 1, 'a'],
+            ['finished', 1, undefined],
+            ['replayed', undefined, undefined],
+          ],
+        );
+        assert.ok(events.every((e) => e.scope === SCOPE && e.key === 'k'));
+      });
+
+      it('reports discarded and lease-lost', async () => {
+        const events: IdemEvent[] = [];
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0, onEvent: (e) => events.push(e) });
+        const x = executionOf(await begin(engine, 'd'));
+        await x.discard();
+        const stale = executionOf(await begin(engine, 'l'));
+        await takeOver(engine, 'l');
+        await assert.rejects(stale.phase('a', async () => 1), LeaseLostError);
+        const types = events.map((e) => e.type).filter((t) => t !== 'in-progress');
+        assert.deepEqual(types, ['claimed', 'discarded', 'claimed', 'taken-over', 'lease-lost']);
+      });
+
+      it('ignores an observer that throws', async () => {
+        const engine = makeEngine({
+          onEvent: () => {
+            throw new Error('observer failed');
+          },
+        });
+        const x = executionOf(await begin(engine));
+        assert.equal(await x.phase('a', async () => 1), 1);
+        await x.finish(response(200));
+        assert.equal((await begin(engine)).kind, 'replay');
+      });
+    });
+
+    describe('phase names', () => {
+      it('throws InvalidPhaseError for invalid or reserved names without running the function', async () => {
+        const x = executionOf(await begin(makeEngine()));
+        let ran = false;
+        const fn = async () => ((ran = true), 1);
+        for (const name of ['', 'has space', 'a/b', 'é', 'x'.repeat(65), 'start', 'finished']) {
+          await assert.rejects(x.phase(name, fn), InvalidPhaseError, `phase(${JSON.stringify(name)})`);
+          await assert.rejects(x.call(name, fn), InvalidPhaseError, `call(${JSON.stringify(name)})`);
+          assert.throws(() => x.derivedKey(name), InvalidPhaseError);
+        }
+        assert.equal(ran, false);
+        assert.equal((await record())?.recoveryPoint, 'start');
+        assert.equal(await x.phase('x'.repeat(64), fn), 1, '64 characters is allowed');
+        assert.equal(await x.phase('a.B-9_z', fn), 1);
+      });
+    });
+  });
+}
+
+describe('IdempotencyEngine options', () => {
+  const store = new PostgresStore({ client: { query: async () => ({ rows: [] }), transaction: async (fn) => fn({ query: async () => ({ rows: [] }) }) } });
+
+  it('requires a store', () => {
+    assert.throws(() => new IdempotencyEngine(undefined as never), InvalidOptionError);
+    assert.throws(() => new IdempotencyEngine({} as never), InvalidOptionError);
+    assert.throws(() => new IdempotencyEngine({ store: {} as never }), InvalidOptionError);
+  });
+
+  it('rejects out-of-range durations', () => {
+    const bad: Array<Partial<EngineOptions>> = [
+      { leaseMs: 0 },
+      { leaseMs: -1 },
+      { leaseMs: Number.NaN },
+      { leaseMs: Number.POSITIVE_INFINITY },
+      { retentionMs: 0 },
+      { leaseMs: 1000, retentionMs: 1000 },
+      { leaseMs: 1000, retentionMs: 999 },
+      { leaseMs: 1000, heartbeatMs: 1000 },
+      { leaseMs: 1000, heartbeatMs: 2000 },
+      { heartbeatMs: -1 },
+      { heartbeatMs: Number.NaN },
+      { maxExecutionMs: 0 },
+      { maxExecutionMs: -5 },
+    ];
+    for (const options of bad) {
+      assert.throws(() => new IdempotencyEngine({ store, ...options }), InvalidOptionError, JSON.stringify(options));
+    }
+  });
+
+  it('accepts heartbeatMs 0 and derives defaults', () => {
+    assert.equal(new IdempotencyEngine({ store, heartbeatMs: 0 }).heartbeatMs, 0);
+    const engine = new IdempotencyEngine({ store, leaseMs: 900 });
+    assert.equal(engine.leaseMs, 900);
+    assert.equal(engine.heartbeatMs, 300);
+    assert.equal(engine.maxExecutionMs, 9000);
+    assert.equal(engine.retentionMs, 86_400_000);
+  });
+});
+
+describe('IdempotencyEngine with an unreachable database', () => {
+  const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMillis: 2000 });
+  after(async () => {
+    await pool.end();
+  });
+
+  it('fails closed: begin throws StoreUnavailableError with the connection error as cause', async () => {
+    const engine = new IdempotencyEngine({ store: new PostgresStore({ client: pool }) });
+    await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: FP }), (error: unknown) => {
+      assert.ok(error instanceof StoreUnavailableError);
+      assert.equal(error.code, ErrorCode.StoreUnavailable);
+      assert.equal((error.cause as { code?: string }).code, 'ECONNREFUSED');
+      return true;
+    });
+  });
+
+  it('fails closed on a closed PGlite too', async () => {
+    const db = new PGlite();
+    await db.waitReady;
+    const store = new PostgresStore({ client: db });
+    await store.migrate();
+    await db.close();
+    await assert.rejects(
+      new IdempotencyEngine({ store }).begin({ scope: SCOPE, key: 'k', fingerprint: FP }),
+      (error: unknown) => error instanceof StoreUnavailableError && error.cause !== undefined,
+    );
+  });
+});

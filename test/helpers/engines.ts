@@ -1,0 +1,55 @@
+/**
+ * The database engines every store test runs against: embedded PGlite always, and real
+ * PostgreSQL when DATABASE_URL is set (as .ci/run does). Each test gets its own table so
+ * test files can run in parallel against one PostgreSQL.
+ */
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import { randomBytes } from 'node:crypto';
+import { PostgresStore } from '../../src/postgres/index.js';
+import type { SqlClient } from '../../src/postgres/client.js';
+
+export interface TestEngine {
+  name: 'pglite' | 'postgres';
+  /** Opens a fresh client; close it with `close()`. */
+  open(): Promise<{ client: SqlClient; close(): Promise<void> }>;
+}
+
+export const engines: TestEngine[] = [
+  {
+    name: 'pglite',
+    async open() {
+      const db = new PGlite();
+      await db.waitReady;
+      return { client: db, close: () => db.close() };
+    },
+  },
+];
+
+if (process.env.DATABASE_URL) {
+  engines.push({
+    name: 'postgres',
+    async open() {
+      const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 20 });
+      return { client: pool, close: () => pool.end() };
+    },
+  });
+}
+
+/** A unique table name for one test. */
+export function tableName(prefix = 'idem_test'): string {
+  return `${prefix}_${randomBytes(6).toString('hex')}`;
+}
+
+/** A migrated store on a fresh table; `drop()` removes the table. */
+export async function freshStore(client: SqlClient, table = tableName()) {
+  const store = new PostgresStore({ client, table });
+  await store.migrate();
+  return {
+    store,
+    table,
+    drop: async () => {
+      await (client as { query(t: string): Promise<unknown> }).query(`DROP TABLE IF EXISTS "${table}"`);
+    },
+  };
+}
