@@ -18,7 +18,7 @@ const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
 function assertInvalidKey(fn: () => unknown): void {
   assert.throws(fn, (error: unknown) => {
     assert.ok(error instanceof InvalidKeyError, `expected InvalidKeyError, got ${String(error)}`);
-    assert.ok(error instanceof IdemError);
+    assert.ok(error instanceof IdemError, 'error instanceof IdemError');
     assert.equal(error.code, ErrorCode.InvalidKey);
     return true;
   });
@@ -288,11 +288,11 @@ describe('deriveKey', () => {
       assert.match(derived, /^[\x21-\x7e]+$/);
       assert.ok(derived.length <= 255, `${derived.length} characters`);
     }
-    assert.ok(deriveKey('t', 'k', 'authorize').startsWith('authorize:'));
-    assert.ok(longest.length <= 108);
+    assert.ok(deriveKey('t', 'k', 'authorize').startsWith('authorize:'), 'starts with the name');
+    assert.ok(longest.length <= 108, `${longest.length} characters`);
   });
 
   it('does not contain the client key verbatim', () => {
-    assert.ok(!deriveKey('t', 'secret-client-key', 'n').includes('secret-client-key'));
+    assert.ok(!deriveKey('t', 'secret-client-key', 'n').includes('secret-client-key'), 'the client key is hashed');
   });
 });

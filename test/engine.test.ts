@@ -5,13 +5,12 @@
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { PGlite } from '@electric-sql/pglite';
 import { engines, freshStore } from './helpers/engines.js';
 import { IdempotencyEngine, type BeginResult, type EngineOptions } from '../src/engine/engine.js';
 import type { Execution, IdemEvent } from '../src/engine/execution.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import type { Queryable, SqlClient } from '../src/postgres/client.js';
-import type { StoredResponse } from '../src/store/types.js';
+import type { IdempotencyStore, StoredResponse } from '../src/store/types.js';
 import { deriveKey } from '../src/core/derived-key.js';
 import {
   ErrorCode,
@@ -65,8 +64,9 @@ for (const engineDef of engines) {
     before(async () => {
       db = await engineDef.open();
     });
+    let closed = false;
     after(async () => {
-      await db.close();
+      if (!closed) await db.close();
     });
     beforeEach(async () => {
       ctx = await freshStore(db.client);
@@ -76,6 +76,7 @@ for (const engineDef of engines) {
     afterEach(async () => {
       // Stop any heartbeat still running before its table disappears.
       for (const x of open.splice(0)) await x.release().catch(() => {});
+      if (closed) return;
       await q(db.client).query(`DROP TABLE IF EXISTS "${side}"`);
       await ctx.drop();
     });
@@ -239,7 +240,7 @@ for (const engineDef of engines) {
         const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
         const seen: string[] = [];
         const charge = async (derivedKey: string, signal: AbortSignal) => {
-          assert.ok(signal instanceof AbortSignal);
+          assert.ok(signal instanceof AbortSignal, 'signal instanceof AbortSignal');
           seen.push(derivedKey);
           return { id: 'ch_1', at: new Date(0) };
         };
@@ -271,7 +272,7 @@ for (const engineDef of engines) {
           }),
           LeaseLostError,
         );
-        assert.ok(second);
+        assert.ok(second, 'another worker took over');
         assert.deepEqual((await record())?.phaseResults, {}, 'the stale result was not recorded');
         assert.equal(await second.call('psp_charge', async (derivedKey) => (seen.push(derivedKey), 'ch_second')), 'ch_second');
         assert.equal(seen.length, 2);
@@ -299,7 +300,7 @@ for (const engineDef of engines) {
         );
         assert.equal(phaseRan, true);
         assert.equal(xPhase.signal.aborted, true);
-        assert.ok(xPhase.signal.reason instanceof LeaseLostError);
+        assert.ok(xPhase.signal.reason instanceof LeaseLostError, 'xPhase.signal.reason instanceof LeaseLostError');
         assert.equal(xPhase.status, 'lost');
 
         // call: the call ran, its result is not recorded.
@@ -342,14 +343,21 @@ for (const engineDef of engines) {
       });
 
       it('learns from its heartbeat that the lease was taken over, and aborts its signal', async () => {
-        const engine = makeEngine({ leaseMs: 1000, heartbeatMs: 50 });
+        const engine = makeEngine({ leaseMs: 1000, heartbeatMs: 100 });
         const stale = executionOf(await begin(engine));
-        // Force the lease out, as if the heartbeat had stalled, and let another worker take over.
-        await q(db.client).query(`UPDATE "${ctx.table}" SET locked_until = now() - interval '1 second'`);
-        const fresh = executionOf(await begin(makeEngine({ leaseMs: 1000, heartbeatMs: 0 })));
-        assert.equal(fresh.token, 1);
+        // Force the lease out, as if the heartbeat had stalled, and let another worker take
+        // over; repeat if a heartbeat slipped in between and renewed the lease.
+        const other = makeEngine({ leaseMs: 1000, heartbeatMs: 0 });
+        const taken = await eventually(
+          async () => {
+            await q(db.client).query(`UPDATE "${ctx.table}" SET locked_until = now() - interval '1 second'`);
+            return begin(other);
+          },
+          (r) => r.kind === 'execute',
+        );
+        assert.equal(executionOf(taken).token, 1);
         await eventually(async () => stale.signal.aborted, (aborted) => aborted, 2000);
-        assert.ok(stale.signal.reason instanceof LeaseLostError);
+        assert.ok(stale.signal.reason instanceof LeaseLostError, 'stale.signal.reason instanceof LeaseLostError');
         assert.equal(stale.status, 'lost');
         assert.equal((await record())?.token, 1);
       });
@@ -379,7 +387,7 @@ for (const engineDef of engines) {
         await assert.rejects(x.phase('late', async () => 1), LeaseLostError);
       });
 
-      it('stops when the execution finishes', async () => {
+      it('stops when the execution is released', async () => {
         const engine = makeEngine({ leaseMs: 300, heartbeatMs: 50 });
         const x = executionOf(await begin(engine));
         await x.phase('a', async () => 1);
@@ -430,8 +438,28 @@ for (const engineDef of engines) {
         // The row was deleted, so the fresh claim starts at token 0 again.
         assert.equal(y.token, 0);
         assert.equal(await x.discard(), 'fenced', 'a closed execution discards nothing');
-        assert.ok(await record());
+        assert.ok(await record(), 'the fresh claim is still there');
       });
+
+      it(
+        'a stale worker cannot write into a claim made after a discard',
+        {
+          todo:
+            'known fencing gap: discard DELETEs the row, the next claim INSERTs it again at token 0, ' +
+            'so a stale worker still holding token 0 (superseded by a takeover) writes into the new claim',
+        },
+        async () => {
+          const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+          const stale = executionOf(await begin(engine)); // token 0, then "hangs"
+          const taker = await takeOver(engine); // token 1
+          assert.equal(await taker.discard(), 'deleted'); // validation failed before any phase
+          const fresh = executionOf(await begin(engine, 'k', OTHER_FP)); // the client's fixed request
+          await assert.rejects(stale.phase('late', insertSide('stale')), LeaseLostError);
+          assert.deepEqual(await sideNotes(), []);
+          await fresh.finish(response(201));
+          assert.equal((await record())?.response?.status, 201);
+        },
+      );
 
       it('discard after a committed phase only releases: the key keeps its fingerprint and resumes', async () => {
         const engine = makeEngine();
@@ -502,24 +530,6 @@ for (const engineDef of engines) {
       });
     });
 
-    describe('store unavailable', () => {
-      it('throws StoreUnavailableError with the driver error as cause when the client is closed', async () => {
-        const handle = await engineDef.open();
-        const { store, drop } = await freshStore(handle.client);
-        await drop();
-        await handle.close();
-        const events: IdemEvent[] = [];
-        const engine = new IdempotencyEngine({ store, onEvent: (e) => events.push(e) });
-        await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: FP }), (error: unknown) => {
-          assert.ok(error instanceof StoreUnavailableError);
-          assert.equal(error.code, ErrorCode.StoreUnavailable);
-          assert.ok(error.cause instanceof Error, 'cause carries the driver error');
-          return true;
-        });
-        assert.deepEqual(events.map((e) => e.type), ['store-unavailable']);
-      });
-    });
-
     describe('events', () => {
       it('reports claimed, in-progress, mismatch, phases, release, taken-over, skip, finished and replayed', async () => {
         const events: IdemEvent[] = [];
@@ -548,7 +558,7 @@ for (const engineDef of engines) {
             ['replayed', undefined, undefined],
           ],
         );
-        assert.ok(events.every((e) => e.scope === SCOPE && e.key === 'k'));
+        assert.ok(events.every((e) => e.scope === SCOPE && e.key === 'k'), 'every event names the scope and key');
       });
 
       it('reports discarded and lease-lost', async () => {
@@ -592,11 +602,35 @@ for (const engineDef of engines) {
         assert.equal(await x.phase('a.B-9_z', fn), 1);
       });
     });
+
+    // Last: this test closes the shared client.
+    describe('store unavailable', () => {
+      it('throws StoreUnavailableError with the driver error as cause when the client is closed', async () => {
+        await q(db.client).query(`DROP TABLE IF EXISTS "${side}"`);
+        await ctx.drop();
+        await db.close();
+        closed = true;
+        const events: IdemEvent[] = [];
+        const engine = new IdempotencyEngine({ store: ctx.store, onEvent: (e) => events.push(e) });
+        await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: FP }), (error: unknown) => {
+          assert.ok(error instanceof StoreUnavailableError, 'error instanceof StoreUnavailableError');
+          assert.equal(error.code, ErrorCode.StoreUnavailable);
+          assert.ok(error.cause instanceof Error, 'cause carries the driver error');
+          return true;
+        });
+        assert.deepEqual(events.map((e) => e.type), ['store-unavailable']);
+      });
+    });
   });
 }
 
 describe('IdempotencyEngine options', () => {
-  const store = new PostgresStore({ client: { query: async () => ({ rows: [] }), transaction: async (fn) => fn({ query: async () => ({ rows: [] }) }) } });
+  // Option checks happen in the constructor; this store is never called.
+  const store = {
+    claim: async () => {
+      throw new Error('not used');
+    },
+  } as unknown as IdempotencyStore;
 
   it('requires a store', () => {
     assert.throws(() => new IdempotencyEngine(undefined as never), InvalidOptionError);
@@ -644,22 +678,10 @@ describe('IdempotencyEngine with an unreachable database', () => {
   it('fails closed: begin throws StoreUnavailableError with the connection error as cause', async () => {
     const engine = new IdempotencyEngine({ store: new PostgresStore({ client: pool }) });
     await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: FP }), (error: unknown) => {
-      assert.ok(error instanceof StoreUnavailableError);
+      assert.ok(error instanceof StoreUnavailableError, 'error instanceof StoreUnavailableError');
       assert.equal(error.code, ErrorCode.StoreUnavailable);
       assert.equal((error.cause as { code?: string }).code, 'ECONNREFUSED');
       return true;
     });
-  });
-
-  it('fails closed on a closed PGlite too', async () => {
-    const db = new PGlite();
-    await db.waitReady;
-    const store = new PostgresStore({ client: db });
-    await store.migrate();
-    await db.close();
-    await assert.rejects(
-      new IdempotencyEngine({ store }).begin({ scope: SCOPE, key: 'k', fingerprint: FP }),
-      (error: unknown) => error instanceof StoreUnavailableError && error.cause !== undefined,
-    );
   });
 });

@@ -120,8 +120,8 @@ for (const engine of engines) {
         assert.equal(record.leaseExpired, false);
         assert.ok(record.leaseRemainingMs > 0 && record.leaseRemainingMs <= LONG_LEASE_MS, `${record.leaseRemainingMs}`);
         assert.equal(record.response, undefined);
-        assert.ok(record.createdAt instanceof Date);
-        assert.ok(Math.abs(record.createdAt.getTime() - before) < 60_000);
+        assert.ok(record.createdAt instanceof Date, 'record.createdAt instanceof Date');
+        assert.ok(Math.abs(record.createdAt.getTime() - before) < 60_000, 'created_at is now, by the database clock');
         assert.equal(await rowCount(), 1);
       });
 
@@ -150,7 +150,7 @@ for (const engine of engines) {
         const fresh = claimedToken(await ctx.store.claim(claimInput('k', { fingerprint: fp(9) })));
         assert.ok(fresh > old, `new token ${fresh} must exceed old token ${old}`);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
-        assert.ok(record);
+        assert.ok(record, 'record');
         assert.equal(record.token, fresh);
         assert.equal(record.state, 'started');
         assert.equal(record.recoveryPoint, 'start');
@@ -252,7 +252,7 @@ for (const engine of engines) {
 
         assert.deepEqual(await sideNotes(), ['order']);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
-        assert.ok(record);
+        assert.ok(record, 'record');
         assert.equal(record.recoveryPoint, 'psp_charged');
         assert.deepEqual(record.phaseResults, { order_created: { note: 'order' }, psp_charged: { charge: 'ch_1', at: null } });
         assert.equal(record.leaseExpired, false, 'the phase renewed the lease that was claimed already expired');
@@ -341,14 +341,14 @@ for (const engine of engines) {
         const record = (again as Extract<ClaimResult, { outcome: 'exists' }>).record;
         assert.equal(record.state, 'done');
         assert.equal(record.recoveryPoint, 'finished');
-        assert.ok(record.response);
+        assert.ok(record.response, 'record.response');
         assert.equal(record.response.status, 402);
         assert.deepEqual(record.response.headers, response.headers);
-        assert.ok(record.response.body instanceof Uint8Array);
+        assert.ok(record.response.body instanceof Uint8Array, 'record.response.body instanceof Uint8Array');
         assert.deepEqual(Array.from(record.response.body), Array.from(binary));
         const raw = await rawRow('k');
         assert.equal(raw?.locked_until, null, 'the lease is cleared');
-        assert.ok(raw?.finished_at instanceof Date);
+        assert.ok(raw?.finished_at instanceof Date, 'raw?.finished_at instanceof Date');
       });
 
       it('stores an empty body as empty bytes', async () => {
@@ -402,7 +402,7 @@ for (const engine of engines) {
         });
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
         assert.equal(record?.leaseExpired, false);
-        assert.ok((record?.leaseRemainingMs ?? 0) > LONG_LEASE_MS - 10_000);
+        assert.ok((record?.leaseRemainingMs ?? 0) > LONG_LEASE_MS - 10_000, `lease remaining ${record?.leaseRemainingMs} ms`);
       });
 
       it('is fenced with a stale token', async () => {
@@ -563,7 +563,7 @@ for (const engine of engines) {
           assert.equal(await rowCount(), 3);
         });
 
-        it('runs phase transactions on separate connections concurrently with claims', async () => {
+        it('commits 30 phases at once, each with its effects in its own transaction', async () => {
           const refs = await Promise.all(
             Array.from({ length: 30 }, async (_, i) => ({
               scope: 'tenant-1',
@@ -572,7 +572,7 @@ for (const engine of engines) {
             })),
           );
           const results = await Promise.all(refs.map((ref) => ctx.store.commit(ref, phase('p'), insertSide(ref.key))));
-          assert.ok(results.every((r) => r.outcome === 'ok'));
+          assert.ok(results.every((r) => r.outcome === 'ok'), 'every phase committed');
           assert.equal((await sideNotes()).length, 30);
         });
       });
