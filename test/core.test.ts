@@ -110,6 +110,16 @@ describe('parseIdempotencyKey', () => {
   it('allows a comma inside one sf-string', () => {
     assert.equal(parseIdempotencyKey('"a,b"'), 'a,b');
   });
+
+  it('accepts a comma in a bare key given as one header line (lines known), but not in a string (lines joined)', () => {
+    assert.equal(parseIdempotencyKey(['a,b']), 'a,b');
+    assert.equal(parseIdempotencyKey(['abc, def']), 'abc, def', 'kept whole, inner space included');
+    assert.equal(parseIdempotencyKey([' a,b\t']), 'a,b', 'surrounding whitespace still stripped');
+    assertInvalidKey(() => parseIdempotencyKey('a,b'));
+    assertInvalidKey(() => parseIdempotencyKey(['a,b', 'c']));
+    assertInvalidKey(() => parseIdempotencyKey(['"a", "b"'])); // two sf-strings in one line are still not one key
+    assertInvalidKey(() => parseIdempotencyKey(['a,\u00e9'])); // validated like any key: printable ASCII
+  });
 });
 
 describe('validateKey', () => {

@@ -100,9 +100,10 @@ for (const engineDef of engines) {
     const record = (key = 'k') => ctx.store.get(SCOPE, key, 86_400_000);
 
     describe('begin', () => {
-      it('executes a new key with token 0, not resumed', async () => {
+      it('executes a new key with a fresh positive token, not resumed', async () => {
         const x = executionOf(await begin(makeEngine()));
-        assert.equal(x.token, 0);
+        assert.ok(Number.isSafeInteger(x.token) && x.token > 0, `a positive integer token, got ${x.token}`);
+        assert.equal((await record())?.token, x.token, 'the execution holds the row token');
         assert.equal(x.resumed, false);
         assert.equal(x.resumedFrom, 'start');
         assert.equal(x.status, 'open');
@@ -139,10 +140,11 @@ for (const engineDef of engines) {
 
       it('answers mismatch, not take-over, to a different fingerprint after the lease expired', async () => {
         const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
-        executionOf(await begin(engine));
+        const x = executionOf(await begin(engine));
         await eventually(() => record(), (r) => r?.leaseExpired === true);
         assert.equal((await begin(engine, 'k', OTHER_FP)).kind, 'mismatch');
-        assert.equal((await record())?.token, 0, 'nothing was taken over');
+        assert.equal((await record())?.token, x.token, 'nothing was taken over');
+        assert.equal((await record())?.leaseExpired, true, 'nor was the lease renewed');
       });
 
       it('replays a stored 402 with its exact bytes', async () => {
@@ -189,7 +191,7 @@ for (const engineDef of engines) {
         // The worker "crashes" here: no finish, no release.
 
         const second = await takeOver(engine);
-        assert.equal(second.token, 1);
+        assert.ok(second.token > first.token, `takeover token ${second.token} must exceed ${first.token}`);
         assert.equal(second.resumed, true);
         assert.equal(second.resumedFrom, 'order_created');
         assert.equal(second.workStarted, true);
@@ -286,7 +288,7 @@ for (const engineDef of engines) {
         const keys = ['phase', 'call', 'finish', 'extend'];
         const stale = await Promise.all(keys.map(async (key) => executionOf(await begin(engine, key))));
         const fresh = await Promise.all(keys.map((key) => takeOver(engine, key)));
-        fresh.forEach((x) => assert.equal(x.token, 1));
+        fresh.forEach((x, i) => assert.ok(x.token > stale[i]!.token, `${keys[i]}: takeover token ${x.token} must exceed ${stale[i]!.token}`));
         const [xPhase, xCall, xFinish, xExtend] = stale as [X, X, X, X];
 
         // phase: effects rolled back, signal aborted.
@@ -321,10 +323,10 @@ for (const engineDef of engines) {
         assert.equal(xExtend.signal.aborted, true);
 
         assert.deepEqual(await sideNotes(), [], 'no stale effect survived');
-        for (const key of keys) {
+        for (const [i, key] of keys.entries()) {
           const r = await record(key);
           assert.equal(r?.state, 'started');
-          assert.equal(r?.token, 1);
+          assert.equal(r?.token, fresh[i]!.token, 'the row holds the new owner token');
           assert.deepEqual(r?.phaseResults, {});
         }
 
@@ -355,11 +357,12 @@ for (const engineDef of engines) {
           },
           (r) => r.kind === 'execute',
         );
-        assert.equal(executionOf(taken).token, 1);
+        const newToken = executionOf(taken).token;
+        assert.ok(newToken > stale.token, `takeover token ${newToken} must exceed ${stale.token}`);
         await eventually(async () => stale.signal.aborted, (aborted) => aborted, 2000);
         assert.ok(stale.signal.reason instanceof LeaseLostError, 'stale.signal.reason instanceof LeaseLostError');
         assert.equal(stale.status, 'lost');
-        assert.equal((await record())?.token, 1);
+        assert.equal((await record())?.token, newToken);
       });
     });
 
@@ -382,7 +385,7 @@ for (const engineDef of engines) {
         assert.equal((await begin(engine)).kind, 'in-progress', 'the heartbeat ran past the first lease');
         const y = await takeOver(engine);
         const elapsed = Date.now() - started;
-        assert.equal(y.token, 1);
+        assert.ok(y.token > x.token, `takeover token ${y.token} must exceed ${x.token}`);
         assert.ok(elapsed >= 450, `taken over after ${elapsed} ms, before maxExecutionMs`);
         await assert.rejects(x.phase('late', async () => 1), LeaseLostError);
       });
@@ -408,7 +411,7 @@ for (const engineDef of engines) {
         await assert.rejects(x.phase('b', async () => 1), ExecutionClosedError);
 
         const y = executionOf(await begin(engine));
-        assert.equal(y.token, 1);
+        assert.ok(y.token > x.token, `takeover token ${y.token} must exceed ${x.token}`);
         assert.equal(y.resumed, true);
         assert.equal(y.resumedFrom, 'a');
         assert.equal(y.result('a'), 'a');
@@ -422,7 +425,7 @@ for (const engineDef of engines) {
         const x = executionOf(await begin(engine));
         await x.release();
         const y = executionOf(await begin(engine));
-        assert.equal(y.token, 1);
+        assert.ok(y.token > x.token, `takeover token ${y.token} must exceed ${x.token}`);
         assert.equal(y.resumed, false);
         assert.equal(y.resumedFrom, 'start');
       });
@@ -435,31 +438,43 @@ for (const engineDef of engines) {
         const y = executionOf(await begin(engine, 'k', OTHER_FP));
         assert.equal(y.resumed, false);
         assert.equal(y.resumedFrom, 'start');
-        // The row was deleted, so the fresh claim starts at token 0 again.
-        assert.equal(y.token, 0);
+        // The row was deleted; the fresh claim still gets a token above the discarded one.
+        assert.ok(y.token > x.token, `fresh claim token ${y.token} must exceed the discarded ${x.token}`);
         assert.equal(await x.discard(), 'fenced', 'a closed execution discards nothing');
         assert.ok(await record(), 'the fresh claim is still there');
       });
 
-      it(
-        'a stale worker cannot write into a claim made after a discard',
-        {
-          todo:
-            'known fencing gap: discard DELETEs the row, the next claim INSERTs it again at token 0, ' +
-            'so a stale worker still holding token 0 (superseded by a takeover) writes into the new claim',
-        },
-        async () => {
-          const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
-          const stale = executionOf(await begin(engine)); // token 0, then "hangs"
-          const taker = await takeOver(engine); // token 1
-          assert.equal(await taker.discard(), 'deleted'); // validation failed before any phase
-          const fresh = executionOf(await begin(engine, 'k', OTHER_FP)); // the client's fixed request
-          await assert.rejects(stale.phase('late', insertSide('stale')), LeaseLostError);
-          assert.deepEqual(await sideNotes(), []);
-          await fresh.finish(response(201));
-          assert.equal((await record())?.response?.status, 201);
-        },
-      );
+      it('a stale worker cannot write into a claim made after a discard', async () => {
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+        const stale = executionOf(await begin(engine)); // claims, then "hangs"
+        const taker = await takeOver(engine); // its lease ran out: another worker takes over
+        assert.ok(taker.token > stale.token, `takeover token ${taker.token} must exceed ${stale.token}`);
+        assert.equal(await taker.discard(), 'deleted'); // validation failed before any phase
+        assert.equal(await record(), undefined);
+        const fresh = executionOf(await begin(engine, 'k', OTHER_FP)); // the client's fixed request
+        assert.equal(fresh.resumed, false);
+        assert.ok(fresh.token > taker.token, `the new claim's token ${fresh.token} must exceed every earlier one (${stale.token}, ${taker.token})`);
+        /** The row without its (ticking) remaining lease time. */
+        const snapshot = async () => {
+          const r = await record();
+          return r && { ...r, leaseRemainingMs: undefined };
+        };
+        const before = await snapshot();
+
+        // The stale worker wakes up: every write is fenced, its effects roll back.
+        await assert.rejects(stale.phase('late', insertSide('stale')), LeaseLostError);
+        await assert.rejects(stale.finish(response(500)), LeaseLostError);
+        assert.equal(stale.status, 'lost');
+        assert.deepEqual(await sideNotes(), []);
+        assert.deepEqual(await snapshot(), before, 'the new claim is untouched');
+
+        assert.equal(await fresh.phase('work', insertSide('fresh')), 'fresh');
+        await fresh.finish(response(201));
+        const done = await record();
+        assert.equal(done?.response?.status, 201);
+        assert.deepEqual(Array.from(done?.fingerprint ?? []), Array.from(OTHER_FP));
+        assert.deepEqual(await sideNotes(), ['fresh']);
+      });
 
       it('discard after a committed phase only releases: the key keeps its fingerprint and resumes', async () => {
         const engine = makeEngine();
@@ -544,17 +559,18 @@ for (const engineDef of engines) {
         await y.finish(response(200));
         await begin(engine);
 
+        assert.ok(y.token > x.token, `takeover token ${y.token} must exceed ${x.token}`);
         assert.deepEqual(
           events.map((e) => [e.type, e.token, e.phase]),
           [
-            ['claimed', 0, undefined],
+            ['claimed', x.token, undefined],
             ['in-progress', undefined, undefined],
             ['mismatch', undefined, undefined],
-            ['phase-committed', 0, 'a'],
-            ['released', 0, undefined],
-            ['taken-over', 1, undefined],
-            ['phase-skipped', 1, 'a'],
-            ['finished', 1, undefined],
+            ['phase-committed', x.token, 'a'],
+            ['released', x.token, undefined],
+            ['taken-over', y.token, undefined],
+            ['phase-skipped', y.token, 'a'],
+            ['finished', y.token, undefined],
             ['replayed', undefined, undefined],
           ],
         );
@@ -657,6 +673,25 @@ describe('IdempotencyEngine options', () => {
     for (const options of bad) {
       assert.throws(() => new IdempotencyEngine({ store, ...options }), InvalidOptionError, JSON.stringify(options));
     }
+  });
+
+  it('with a heartbeat, requires retentionMs > maxExecutionMs + leaseMs (a live lease never outlasts retention)', () => {
+    const invalid = (options: Partial<EngineOptions>) =>
+      assert.throws(
+        () => new IdempotencyEngine({ store, ...options }),
+        (error: unknown) => error instanceof InvalidOptionError && /retentionMs/.test(error.message) && /maxExecutionMs/.test(error.message),
+        JSON.stringify(options),
+      );
+    invalid({ leaseMs: 1000, maxExecutionMs: 10_000, retentionMs: 11_000 });
+    invalid({ leaseMs: 1000, maxExecutionMs: 10_000, retentionMs: 10_999 });
+    invalid({ leaseMs: 1000, retentionMs: 11_000 }); // default maxExecutionMs: 10 × leaseMs
+    invalid({ leaseMs: 1000, heartbeatMs: 100, maxExecutionMs: 5000, retentionMs: 6000 });
+    invalid({ leaseMs: 60_000, retentionMs: 600_000 }); // all defaults but retention: 10 min < 11 min
+    assert.equal(new IdempotencyEngine({ store, leaseMs: 1000, maxExecutionMs: 10_000, retentionMs: 11_001 }).retentionMs, 11_001);
+    assert.equal(new IdempotencyEngine({ store, leaseMs: 1000, retentionMs: 11_001 }).maxExecutionMs, 10_000);
+    // Without a heartbeat a lease never outlives its last write: retention > lease is enough.
+    assert.equal(new IdempotencyEngine({ store, leaseMs: 1000, heartbeatMs: 0, retentionMs: 1001 }).retentionMs, 1001);
+    assert.equal(new IdempotencyEngine({ store, leaseMs: 1000, heartbeatMs: 0, maxExecutionMs: 99_000, retentionMs: 2000 }).heartbeatMs, 0);
   });
 
   it('accepts heartbeatMs 0 and derives defaults', () => {

@@ -6,6 +6,7 @@ import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { engines, freshStore, tableName } from './helpers/engines.js';
 import { PostgresStore } from '../src/postgres/index.js';
+import { statements } from '../src/postgres/sql.js';
 import type { Queryable, SqlClient } from '../src/postgres/client.js';
 import type { ClaimInput, ClaimResult, CommitRecord, KeyRef, StoredResponse } from '../src/store/types.js';
 import { InvalidOptionError } from '../src/core/errors.js';
@@ -64,19 +65,36 @@ for (const engine of engines) {
     const rawRow = async (key: string) =>
       (await q(db.client).query(`SELECT * FROM "${ctx.table}" WHERE scope = 'tenant-1' AND key = $1`, [key])).rows[0];
     const rowCount = async () => Number((await q(db.client).query(`SELECT count(*)::int AS n FROM "${ctx.table}"`)).rows[0]!.n);
-    /** Moves a row's creation time one hour into the past, i.e. past RETENTION_MS. */
+    /**
+     * Moves a row one hour into the past (creation and lease alike), i.e. past RETENTION_MS and
+     * past any lease taken with LONG_LEASE_MS: its worker is long gone.
+     */
     const age = async (key: string) => {
       await q(db.client).query(
-        `UPDATE "${ctx.table}" SET created_at = created_at - interval '1 hour' WHERE scope = 'tenant-1' AND key = $1`,
+        `UPDATE "${ctx.table}" SET created_at = created_at - interval '1 hour', locked_until = locked_until - interval '1 hour'
+         WHERE scope = 'tenant-1' AND key = $1`,
         [key],
       );
     };
-    /** Claims `key` with a lease that is already over, then takes it over: returns the new token (1). */
-    const claimAndTakeOver = async (key: string): Promise<KeyRef> => {
+    /** Gives `key` a valid lease for another minute, as a live worker's heartbeat would. */
+    const renewLease = async (key: string) => {
+      await q(db.client).query(
+        `UPDATE "${ctx.table}" SET locked_until = now() + interval '1 minute' WHERE scope = 'tenant-1' AND key = $1`,
+        [key],
+      );
+    };
+    const currentToken = async (key: string) => Number((await rawRow(key))?.lock_version);
+    /**
+     * Claims `key` with a lease that is already over, then takes it over. `ref` holds the new
+     * token; `stale` the claim's token, which the takeover superseded.
+     */
+    const claimAndTakeOver = async (key: string): Promise<{ ref: KeyRef; stale: KeyRef }> => {
       const token = claimedToken(await ctx.store.claim(claimInput(key, { leaseMs: 0 })));
       const taken = await ctx.store.takeOver({ scope: 'tenant-1', key, token }, LONG_LEASE_MS);
       assert.equal(taken.outcome, 'taken');
-      return { scope: 'tenant-1', key, token: (taken as { token: number }).token };
+      const newToken = (taken as { token: number }).token;
+      assert.ok(newToken > token, `the takeover token ${newToken} must exceed the claim token ${token}`);
+      return { ref: { scope: 'tenant-1', key, token: newToken }, stale: { scope: 'tenant-1', key, token } };
     };
 
     describe('migrate', () => {
@@ -91,9 +109,12 @@ for (const engine of engines) {
         try {
           const stores = Array.from({ length: 5 }, () => new PostgresStore({ client: db.client, table }));
           await Promise.all(stores.map((s) => s.migrate()));
-          assert.equal(claimedToken(await stores[0]!.claim(claimInput('k'))), 0);
+          const token = claimedToken(await stores[0]!.claim(claimInput('k')));
+          assert.ok(Number.isSafeInteger(token) && token > 0, `a positive integer token, got ${token}`);
+          assert.ok(claimedToken(await stores[1]!.claim(claimInput('k2'))) > token, 'the stores share one token sequence');
         } finally {
           await q(db.client).query(`DROP TABLE IF EXISTS "${table}"`);
+          await q(db.client).query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
         }
       });
 
@@ -101,12 +122,42 @@ for (const engine of engines) {
         assert.throws(() => new PostgresStore({ client: db.client, table: 'keys; DROP TABLE x' }), InvalidOptionError);
         assert.throws(() => new PostgresStore({ client: db.client, table: 'a.b.c' }), InvalidOptionError);
       });
+
+      it('rejects a table name too long for its token sequence, naming the limit', () => {
+        assert.throws(() => new PostgresStore({ client: db.client, table: 'k'.repeat(47) }), /at most 46 characters/);
+        assert.doesNotThrow(() => new PostgresStore({ client: db.client, table: 'k'.repeat(46) }));
+      });
+
+      it('upgrades a table whose tokens came from DEFAULT 0: new tokens exceed every token in use', async () => {
+        const table = tableName();
+        try {
+          // The table as the first migration created it: per-row tokens starting at 0.
+          await q(db.client).query(`CREATE TABLE "${table}" (
+            scope text NOT NULL, key text NOT NULL, fingerprint bytea NOT NULL, state text NOT NULL DEFAULT 'started',
+            recovery_point text NOT NULL DEFAULT 'start', phase_results jsonb NOT NULL DEFAULT '{}'::jsonb,
+            locked_until timestamptz, lock_version bigint NOT NULL DEFAULT 0, response_status int,
+            response_headers jsonb, response_body bytea, created_at timestamptz NOT NULL DEFAULT now(),
+            finished_at timestamptz, PRIMARY KEY (scope, key))`);
+          await q(db.client).query(`INSERT INTO "${table}" (scope, key, fingerprint, lock_version) VALUES ('tenant-1', 'old', $1, 41)`, [fp(1)]);
+          const store = new PostgresStore({ client: db.client, table });
+          await store.migrate();
+          await store.migrate();
+          const token = claimedToken(await store.claim(claimInput('new')));
+          assert.ok(token > 41, `a new claim's token (${token}) must exceed the highest token in use (41)`);
+        } finally {
+          await q(db.client).query(`DROP TABLE IF EXISTS "${table}"`);
+          await q(db.client).query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
+        }
+      });
     });
 
     describe('claim', () => {
-      it('claims a new key with token 0, then returns the existing record', async () => {
+      it('claims a new key with a positive token, then returns the existing record with that token', async () => {
         const before = Date.now();
-        assert.deepEqual(await ctx.store.claim(claimInput('k1')), { outcome: 'claimed', token: 0 });
+        const claimed = await ctx.store.claim(claimInput('k1'));
+        const token = claimedToken(claimed);
+        assert.deepEqual(Object.keys(claimed).sort(), ['outcome', 'token']);
+        assert.ok(Number.isSafeInteger(token) && token > 0, `a positive integer token, got ${token}`);
         const again = await ctx.store.claim(claimInput('k1', { fingerprint: fp(2) }));
         assert.equal(again.outcome, 'exists');
         const record = (again as Extract<ClaimResult, { outcome: 'exists' }>).record;
@@ -116,7 +167,7 @@ for (const engine of engines) {
         assert.deepEqual(Array.from(record.fingerprint), Array.from(fp(1)), 'the stored fingerprint is the first one');
         assert.equal(record.recoveryPoint, 'start');
         assert.deepEqual(record.phaseResults, {});
-        assert.equal(record.token, 0);
+        assert.equal(record.token, token);
         assert.equal(record.leaseExpired, false);
         assert.ok(record.leaseRemainingMs > 0 && record.leaseRemainingMs <= LONG_LEASE_MS, `${record.leaseRemainingMs}`);
         assert.equal(record.response, undefined);
@@ -126,9 +177,11 @@ for (const engine of engines) {
       });
 
       it('keeps keys of different scopes apart', async () => {
-        assert.equal(claimedToken(await ctx.store.claim(claimInput('k'))), 0);
-        assert.equal(claimedToken(await ctx.store.claim(claimInput('k', { scope: 'tenant-2' }))), 0);
+        const t1 = claimedToken(await ctx.store.claim(claimInput('k')));
+        const t2 = claimedToken(await ctx.store.claim(claimInput('k', { scope: 'tenant-2' })));
         assert.equal(await rowCount(), 2);
+        assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.token, t1);
+        assert.equal((await ctx.store.get('tenant-2', 'k', RETENTION_MS))?.token, t2);
       });
 
       it('reports a lease of 0 ms as expired', async () => {
@@ -168,7 +221,8 @@ for (const engine of engines) {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, finishWith({ status: 201, headers: [], body: new Uint8Array([1]) }));
         await age('k');
-        assert.equal(claimedToken(await ctx.store.claim(claimInput('k'))), token + 1);
+        const fresh = claimedToken(await ctx.store.claim(claimInput('k')));
+        assert.ok(fresh > token, `new token ${fresh} must exceed old token ${token}`);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
         assert.equal(record?.state, 'started');
         assert.equal(record?.response, undefined);
@@ -178,16 +232,56 @@ for (const engine of engines) {
       });
 
       it('lets exactly one of many concurrent claims replace a row past retention', async () => {
-        await ctx.store.claim(claimInput('k'));
+        const old = claimedToken(await ctx.store.claim(claimInput('k')));
         await age('k');
         const results = await Promise.all(Array.from({ length: 20 }, () => ctx.store.claim(claimInput('k'))));
         const claimed = results.filter((r) => r.outcome === 'claimed');
         assert.equal(claimed.length, 1);
-        assert.deepEqual(claimed[0], { outcome: 'claimed', token: 1 });
+        const fresh = claimedToken(claimed[0]!);
+        assert.ok(fresh > old, `new token ${fresh} must exceed old token ${old}`);
         for (const r of results.filter((r) => r.outcome === 'exists')) {
-          assert.equal((r as Extract<ClaimResult, { outcome: 'exists' }>).record.token, 1);
+          assert.equal((r as Extract<ClaimResult, { outcome: 'exists' }>).record.token, fresh);
         }
         assert.equal(await rowCount(), 1);
+        assert.equal(await currentToken('k'), fresh);
+      });
+
+      it('does not replace a row past retention while its lease is valid: the claim reports it as existing', async () => {
+        const token = claimedToken(await ctx.store.claim(claimInput('k')));
+        const ref = { scope: 'tenant-1', key: 'k', token };
+        await ctx.store.commit(ref, phase('p1'), insertSide('first'));
+        await age('k');
+        await renewLease('k'); // the worker is alive past retention (its heartbeat runs)
+        const before = await rawRow('k');
+
+        for (const fingerprint of [fp(1), fp(9)]) {
+          const again = await ctx.store.claim(claimInput('k', { fingerprint }));
+          assert.equal(again.outcome, 'exists', `fingerprint ${fingerprint[0]}: ${JSON.stringify(again)}`);
+          const record = (again as Extract<ClaimResult, { outcome: 'exists' }>).record;
+          assert.equal(record.token, token);
+          assert.equal(record.state, 'started');
+          assert.equal(record.leaseExpired, false);
+          assert.ok(record.leaseRemainingMs > 0, `lease remaining ${record.leaseRemainingMs} ms`);
+          assert.equal(record.recoveryPoint, 'p1');
+          assert.deepEqual(Array.from(record.fingerprint), Array.from(fp(1)), 'the live row keeps its fingerprint');
+        }
+        assert.deepEqual(await rawRow('k'), before, 'the live row is untouched');
+        // Its worker goes on and finishes.
+        assert.equal((await ctx.store.commit(ref, finishWith({ status: 201, headers: [], body: new Uint8Array([1]) }))).outcome, 'ok');
+        assert.deepEqual(await sideNotes(), ['first']);
+      });
+
+      it('the replace statement itself refuses a row whose lease was renewed after the claim read it as expired', async () => {
+        // The claim read the row (past retention, lease over), then the live worker's heartbeat
+        // renewed the lease under the same token: the replace, fenced on that token, must still
+        // leave the row alone.
+        const token = claimedToken(await ctx.store.claim(claimInput('k')));
+        await age('k');
+        await renewLease('k');
+        const before = await rawRow('k');
+        const replaced = await q(db.client).query(statements(ctx.table).replaceExpired, ['tenant-1', 'k', fp(9), LONG_LEASE_MS, RETENTION_MS, token]);
+        assert.deepEqual(replaced.rows, []);
+        assert.deepEqual(await rawRow('k'), before);
       });
     });
 
@@ -198,29 +292,33 @@ for (const engine of engines) {
     });
 
     describe('takeOver', () => {
-      it('takes over an expired lease with the next token, keeping recovery point and results', async () => {
+      it('takes over an expired lease with a higher token, keeping recovery point and results', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, phase('p1', 0), async () => ({ id: 7 }));
         const taken = await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS);
-        assert.deepEqual(taken, { outcome: 'taken', token: 1, recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } } });
+        assert.equal(taken.outcome, 'taken');
+        const { token: newToken, ...rest } = taken as Extract<typeof taken, { outcome: 'taken' }>;
+        assert.deepEqual(rest, { outcome: 'taken', recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } } });
+        assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
-        assert.equal(record?.token, 1);
+        assert.equal(record?.token, newToken);
         assert.equal(record?.leaseExpired, false);
       });
 
       it('loses while the lease is still valid', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         assert.deepEqual(await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS), { outcome: 'lost' });
-        assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.token, 0);
+        assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.token, token);
       });
 
       it('loses with a stale token even when the lease has expired', async () => {
-        const ref = await claimAndTakeOver('k');
-        await ctx.store.release(ref); // lease expired again, token 1
-        assert.deepEqual(await ctx.store.takeOver({ ...ref, token: 0 }, LONG_LEASE_MS), { outcome: 'lost' });
+        const { ref, stale } = await claimAndTakeOver('k');
+        await ctx.store.release(ref); // the lease is over again; the token is ref's
+        assert.deepEqual(await ctx.store.takeOver(stale, LONG_LEASE_MS), { outcome: 'lost' });
+        assert.equal(await currentToken('k'), ref.token, 'the stale takeover changed nothing');
         const taken = await ctx.store.takeOver(ref, LONG_LEASE_MS);
         assert.equal(taken.outcome, 'taken');
-        assert.equal((taken as { token: number }).token, 2);
+        assert.ok((taken as { token: number }).token > ref.token, 'a second takeover gets a higher token again');
       });
 
       it('lets only one of two takeovers with the same token win', async () => {
@@ -272,9 +370,9 @@ for (const engine of engines) {
       });
 
       it('is fenced with a stale token and rolls back the effects', async () => {
-        const ref = await claimAndTakeOver('k');
+        const { stale } = await claimAndTakeOver('k');
         const before = await rawRow('k');
-        const result = await ctx.store.commit({ ...ref, token: 0 }, phase('p1'), insertSide('stale'));
+        const result = await ctx.store.commit(stale, phase('p1'), insertSide('stale'));
         assert.deepEqual(result, { outcome: 'fenced' });
         assert.deepEqual(await sideNotes(), [], 'the stale worker’s insert was rolled back');
         assert.deepEqual(await rawRow('k'), before);
@@ -311,10 +409,10 @@ for (const engine of engines) {
       });
 
       it('returns connections to the pool after failed and fenced transactions', async () => {
-        const ref = await claimAndTakeOver('k');
+        const { ref, stale } = await claimAndTakeOver('k');
         for (let i = 0; i < 25; i++) {
           await assert.rejects(ctx.store.commit(ref, phase('p'), async () => Promise.reject(new Error(`fail ${i}`))));
-          assert.deepEqual(await ctx.store.commit({ ...ref, token: 0 }, phase('p'), insertSide('stale')), { outcome: 'fenced' });
+          assert.deepEqual(await ctx.store.commit(stale, phase('p'), insertSide('stale')), { outcome: 'fenced' });
         }
         assert.deepEqual(await ctx.store.commit(ref, phase('p'), insertSide('ok')), { outcome: 'ok', value: { note: 'ok' } });
         assert.deepEqual(await sideNotes(), ['ok']);
@@ -406,8 +504,8 @@ for (const engine of engines) {
       });
 
       it('is fenced with a stale token', async () => {
-        const ref = await claimAndTakeOver('k');
-        assert.deepEqual(await ctx.store.extendLease({ ...ref, token: 0 }, LONG_LEASE_MS), { outcome: 'fenced' });
+        const { stale } = await claimAndTakeOver('k');
+        assert.deepEqual(await ctx.store.extendLease(stale, LONG_LEASE_MS), { outcome: 'fenced' });
       });
 
       it('is fenced on a finished key', async () => {
@@ -431,7 +529,10 @@ for (const engine of engines) {
         assert.deepEqual(record?.phaseResults, { p1: { note: 'order' } });
         assert.deepEqual(await sideNotes(), ['order']);
         const taken = await ctx.store.takeOver(ref, LONG_LEASE_MS);
-        assert.deepEqual(taken, { outcome: 'taken', token: 1, recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } } });
+        assert.equal(taken.outcome, 'taken');
+        const { token: newToken, ...rest } = taken as Extract<typeof taken, { outcome: 'taken' }>;
+        assert.deepEqual(rest, { outcome: 'taken', recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } } });
+        assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
       });
 
       it('with discard deletes a key on which no phase committed', async () => {
@@ -457,9 +558,9 @@ for (const engine of engines) {
       });
 
       it('is fenced with a stale token, with or without discard', async () => {
-        const ref = await claimAndTakeOver('k');
-        assert.deepEqual(await ctx.store.release({ ...ref, token: 0 }), { outcome: 'fenced' });
-        assert.deepEqual(await ctx.store.release({ ...ref, token: 0 }, { discard: true }), { outcome: 'fenced' });
+        const { stale } = await claimAndTakeOver('k');
+        assert.deepEqual(await ctx.store.release(stale), { outcome: 'fenced' });
+        assert.deepEqual(await ctx.store.release(stale, { discard: true }), { outcome: 'fenced' });
         assert.equal(await rowCount(), 1);
         assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.leaseExpired, false);
       });
@@ -492,6 +593,62 @@ for (const engine of engines) {
 
         assert.deepEqual(await rawRow('k'), before);
         assert.deepEqual(await sideNotes(), ['by-new']);
+      });
+
+      it('hands out strictly increasing tokens for one key across claim, takeover, discard, claim, retention and claim', async () => {
+        const tokens: number[] = [];
+        const t0 = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
+        tokens.push(t0);
+        const taken = await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token: t0 }, LONG_LEASE_MS);
+        assert.equal(taken.outcome, 'taken');
+        const t1 = (taken as { token: number }).token;
+        tokens.push(t1);
+        assert.deepEqual(await ctx.store.release({ scope: 'tenant-1', key: 'k', token: t1 }, { discard: true }), { outcome: 'ok', value: 'deleted' });
+        assert.equal(await rowCount(), 0);
+        // Other keys drawing tokens in between must not matter.
+        await ctx.store.claim(claimInput('other'));
+        const t2 = claimedToken(await ctx.store.claim(claimInput('k', { fingerprint: fp(2) })));
+        tokens.push(t2);
+        await ctx.store.commit({ scope: 'tenant-1', key: 'k', token: t2 }, finishWith({ status: 200, headers: [], body: new Uint8Array() }));
+        await age('k');
+        const t3 = claimedToken(await ctx.store.claim(claimInput('k', { fingerprint: fp(3) }))); // replaces the row past retention
+        tokens.push(t3);
+        await age('k');
+        assert.equal(await ctx.store.sweep({ retentionMs: RETENTION_MS }), 1, 'the swept row');
+        const t4 = claimedToken(await ctx.store.claim(claimInput('k', { fingerprint: fp(4) })));
+        tokens.push(t4);
+        for (let i = 1; i < tokens.length; i++) {
+          assert.ok(tokens[i]! > Math.max(...tokens.slice(0, i)), `token ${i} (${tokens[i]}) must exceed every earlier one: ${tokens.join(', ')}`);
+        }
+        // Every earlier token is fenced on the latest claim.
+        const before = await rawRow('k');
+        for (const token of tokens.slice(0, -1)) {
+          const stale = { scope: 'tenant-1', key: 'k', token };
+          assert.deepEqual(await ctx.store.commit(stale, phase('late'), insertSide(`stale-${token}`)), { outcome: 'fenced' }, `token ${token}`);
+          assert.deepEqual(await ctx.store.commit(stale, finishWith({ status: 500, headers: [], body: new Uint8Array() })), { outcome: 'fenced' });
+          assert.deepEqual(await ctx.store.extendLease(stale, LONG_LEASE_MS), { outcome: 'fenced' });
+          assert.deepEqual(await ctx.store.release(stale, { discard: true }), { outcome: 'fenced' });
+        }
+        assert.deepEqual(await rawRow('k'), before);
+        assert.deepEqual(await sideNotes(), []);
+      });
+
+      it('fences a stale worker out of a claim made after a discard', async () => {
+        // Worker A claims and hangs; its lease runs out and B takes over, then B discards (the
+        // request failed validation); the client's fixed request claims the key again.
+        const { ref: b, stale: a } = await claimAndTakeOver('k');
+        assert.deepEqual(await ctx.store.release(b, { discard: true }), { outcome: 'ok', value: 'deleted' });
+        const c = { scope: 'tenant-1', key: 'k', token: claimedToken(await ctx.store.claim(claimInput('k', { fingerprint: fp(7) }))) };
+        assert.ok(c.token > b.token && c.token > a.token, `the new claim's token ${c.token} exceeds ${a.token} and ${b.token}`);
+        const before = await rawRow('k');
+        for (const stale of [a, b]) {
+          assert.deepEqual(await ctx.store.commit(stale, phase('late'), insertSide('stale')), { outcome: 'fenced' });
+          assert.deepEqual(await ctx.store.release(stale), { outcome: 'fenced' });
+        }
+        assert.deepEqual(await rawRow('k'), before);
+        assert.deepEqual(await sideNotes(), []);
+        assert.deepEqual(await ctx.store.commit(c, phase('p1'), insertSide('fresh')), { outcome: 'ok', value: { note: 'fresh' } });
+        assert.deepEqual(await sideNotes(), ['fresh']);
       });
     });
 
@@ -529,6 +686,20 @@ for (const engine of engines) {
         }
       });
 
+      it('leaves a row past retention alone while its lease is valid, and deletes it once the lease expired', async () => {
+        const token = claimedToken(await ctx.store.claim(claimInput('live')));
+        await ctx.store.commit({ scope: 'tenant-1', key: 'live', token }, phase('p1'), insertSide('live'));
+        await age('live');
+        await renewLease('live'); // its worker is still running past retention
+        assert.equal(await ctx.store.sweep({ retentionMs: RETENTION_MS }), 0);
+        assert.equal(await rowCount(), 1);
+        assert.equal(await currentToken('live'), token);
+
+        await q(db.client).query(`UPDATE "${ctx.table}" SET locked_until = now() - interval '1 second' WHERE key = 'live'`);
+        assert.equal(await ctx.store.sweep({ retentionMs: RETENTION_MS }), 1, 'the lease ran out: now it is swept');
+        assert.equal(await rowCount(), 0);
+      });
+
       it('keeps fresh rows with the default 24 h retention', async () => {
         await ctx.store.claim(claimInput('k'));
         assert.equal(await ctx.store.sweep(), 0);
@@ -551,11 +722,11 @@ for (const engine of engines) {
             const results = settled.map((s) => (s as PromiseFulfilledResult<ClaimResult>).value);
             const claimed = results.filter((r) => r.outcome === 'claimed');
             assert.equal(claimed.length, 1, `round ${round}: exactly one claim`);
-            assert.deepEqual(claimed[0], { outcome: 'claimed', token: 0 });
+            const token = claimedToken(claimed[0]!);
             const existing = results.filter((r) => r.outcome === 'exists') as Array<Extract<ClaimResult, { outcome: 'exists' }>>;
             assert.equal(existing.length, 49);
             for (const { record } of existing) {
-              assert.equal(record.token, 0);
+              assert.equal(record.token, token);
               assert.equal(record.state, 'started');
               assert.equal(record.leaseExpired, false);
             }

@@ -27,7 +27,8 @@ export interface PaymentsAppOptions {
   retentionMs?: number;
   /**
    * Fault injection for crash tests: SIGKILL this process at the named point
-   * (`after_charge_created`, `after_psp`, `in_finish`). Never set in production.
+   * (`after_charge_created`, `psp_unrecorded` (the PSP charged, its result not yet recorded),
+   * `after_psp`, `in_finish`). Never set in production.
    */
   crashAt?: string;
 }
@@ -62,6 +63,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
       retentionMs: options.retentionMs,
       scope: (req) => tenantOf(req.headers)!,
       problems: FORMAT,
+      // One line per failed attempt; the client gets a 500 problem and its retry resumes.
+      onHandlerError: (error) => console.error(`payments: charge attempt failed, lease released: ${(error as Error)?.message ?? error}`),
     }),
     async (c) => {
       const idem = c.get('idem')!;
@@ -85,9 +88,11 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
       });
       crash('after_charge_created');
 
-      const pspCharge = await idem.call('psp_charged', (derivedKey) =>
-        psp.charge({ idempotencyKey: derivedKey, amount: req.amount, currency: req.currency, customer: req.customer }),
-      );
+      const pspCharge = await idem.call('psp_charged', async (derivedKey) => {
+        const result = await psp.charge({ idempotencyKey: derivedKey, amount: req.amount, currency: req.currency, customer: req.customer });
+        crash('psp_unrecorded'); // the PSP charged, idem has not recorded it: only the derived key prevents a second charge
+        return result;
+      });
       crash('after_psp');
 
       return idem.respond(async (tx) => {
@@ -127,8 +132,9 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
   app.get('/v1/psp/charges', async (c) => c.json({ data: await psp.list() }));
 
   app.notFound((c) => problem(404, 'not-found', 'Not found', `No route for ${c.req.method} ${new URL(c.req.url).pathname}.`));
-  app.onError((error) => {
-    console.error('payments: unhandled error', error);
+  app.onError((error, c) => {
+    // Errors inside a protected request are reported by idem's onHandlerError (above).
+    if (!c.get('idem')) console.error('payments: unhandled error', error);
     return problem(500, 'internal', 'Internal error', 'The server failed; retry with the same Idempotency-Key.');
   });
 

@@ -13,8 +13,9 @@ const PRINTABLE_ASCII = /^[\x20-\x7e]+$/;
  *   parsed with RFC 9651 rules; parameters are rejected;
  * - a bare value, as Stripe and most SDKs send it (`8e03978e`).
  *
- * A bare key may not contain `,`: fetch `Headers` joins several header lines with `, `, so a
- * comma is indistinguishable from a second line.
+ * A bare key given as a string may not contain `,`: fetch `Headers` joins several header
+ * lines with `, `, so there a comma is indistinguishable from a second line. Given as an
+ * array of lines (Node's `req.headersDistinct`, used by the Express adapter), it may.
  *
  * @param value the header value; an array when the runtime exposes header lines separately
  *   (Node's `req.headersDistinct`), `null`/`undefined` when absent.
@@ -25,10 +26,13 @@ const PRINTABLE_ASCII = /^[\x20-\x7e]+$/;
  */
 export function parseIdempotencyKey(value: string | readonly string[] | null | undefined): string | undefined {
   if (value === null || value === undefined) return undefined;
+  // When the runtime keeps header lines apart, a comma is just a character of the key.
+  let linesKnown = false;
   if (typeof value !== 'string') {
     if (value.length === 0) return undefined;
     if (value.length > 1) throw new InvalidKeyError('Send exactly one Idempotency-Key header line');
     value = value[0] as string;
+    linesKnown = true;
   }
   // HTTP strips optional whitespace around field values (RFC 9110 §5.5).
   const raw = value.replace(/^[ \t]+|[ \t]+$/g, '');
@@ -45,7 +49,7 @@ export function parseIdempotencyKey(value: string | readonly string[] | null | u
     if (params.size > 0) throw new InvalidKeyError('The idempotency key must not carry sf-parameters');
     return validateKey(bare);
   }
-  if (raw.includes(',')) {
+  if (!linesKnown && raw.includes(',')) {
     throw new InvalidKeyError('Send exactly one Idempotency-Key header line (a bare key may not contain ",")');
   }
   return validateKey(raw);

@@ -97,6 +97,11 @@ export class IdempotencyEngine<Tx = unknown> {
       throw new InvalidOptionError('idem: heartbeatMs must be 0 (off) or shorter than leaseMs');
     }
     this.maxExecutionMs = positiveMs('maxExecutionMs', options.maxExecutionMs ?? this.leaseMs * 10);
+    // A lease can last until maxExecutionMs + leaseMs after the claim; a row past retention is
+    // reclaimable, so retention must outlast any lease or a live worker's key could be reused.
+    if (this.heartbeatMs > 0 && this.retentionMs <= this.maxExecutionMs + this.leaseMs) {
+      throw new InvalidOptionError('idem: retentionMs must be longer than maxExecutionMs + leaseMs');
+    }
     this.onEvent = options.onEvent;
   }
 

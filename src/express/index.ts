@@ -39,6 +39,8 @@ export interface ExpressIdempotency<Tx = unknown> {
 }
 
 const PREPARED = Symbol('idem.prepared');
+/** Set once the route ended its response: settles when that response is recorded and sent. */
+const SENDING = Symbol('idem.sending');
 
 /**
  * Creates the middleware. The context is at `res.locals.idem` (and `req.idem`). The
@@ -74,7 +76,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
       (req as unknown as Record<symbol, unknown>)[PREPARED] = prepared;
       res.locals.idem = prepared.context;
       (req as unknown as { idem: IdempotencyContext<Tx> }).idem = prepared.context;
-      capture(res, prepared);
+      capture(req, res, prepared);
       next();
     } catch (error) {
       next(error);
@@ -82,10 +84,23 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
   } as ExpressIdempotency<Tx>;
 
   middleware.onError = async function idempotencyErrors(error, req, res, next) {
+    const sending = (req as unknown as Record<symbol, Promise<void> | undefined>)[SENDING];
+    if (sending) {
+      // The route ended its response, then failed: that response is the outcome. Let it be
+      // recorded and sent first, so later error handlers find it sent and cannot replace it.
+      await sending;
+      return next(error);
+    }
     const prepared = (req as unknown as Record<symbol, Prepared<Tx> | undefined>)[PREPARED];
-    if (!prepared || prepared.kind !== 'execute' || res.headersSent) return next(error);
+    // No execution, or the route already ended its response (which is being recorded).
+    if (!prepared || prepared.kind !== 'execute') return next(error);
     delete (req as unknown as Record<symbol, unknown>)[PREPARED];
     restore(res);
+    if (res.headersSent) {
+      // Too late to answer with a problem; still release, so retries need not wait out the lease.
+      await prepared.context.execution.release().catch(() => undefined);
+      return next(error);
+    }
     await send(res, await prepared.fail(error));
   };
   middleware.core = core;
@@ -113,12 +128,24 @@ async function bodyBytes(req: ReqLike): Promise<Uint8Array | null> {
 }
 
 const ORIGINAL = Symbol('idem.original');
-type Writer = { write: ServerResponse['write']; end: ServerResponse['end'] };
+type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead'] };
 
 /** Buffers what the route writes; at `end`, records it and sends what the core returns. */
-function capture<Tx>(res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'execute' }>): void {
-  const original: Writer = { write: res.write, end: res.end };
+function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'execute' }>): void {
+  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead };
   (res as unknown as Record<symbol, Writer>)[ORIGINAL] = original;
+  // writeHead (also reached through flushHeaders) would commit the head before the response
+  // is recorded: keep its status and headers on `res` instead, as setHeader would.
+  (res as ServerResponse).writeHead = function writeHead(statusCode: number, ...rest: unknown[]) {
+    res.statusCode = statusCode;
+    const headers = rest.find((arg) => typeof arg === 'object' && arg !== null);
+    if (Array.isArray(headers)) {
+      for (let i = 0; i + 1 < headers.length; i += 2) res.setHeader(String(headers[i]), headers[i + 1] as string);
+    } else if (headers) {
+      for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value as string);
+    }
+    return res;
+  } as ServerResponse['writeHead'];
   const chunks: Buffer[] = [];
   const push = (chunk: unknown, encoding?: unknown) => {
     if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
@@ -133,6 +160,8 @@ function capture<Tx>(res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'exec
   (res as ServerResponse).end = function end(chunk?: unknown, encoding?: unknown) {
     push(chunk, encoding);
     restore(res);
+    // The response is decided: an error thrown after this point is not this request's outcome.
+    delete (req as unknown as Record<symbol, unknown>)[PREPARED];
     const headers = new Headers();
     for (const [name, value] of Object.entries(res.getHeaders())) {
       if (Array.isArray(value)) for (const v of value) headers.append(name, String(v));
@@ -141,10 +170,16 @@ function capture<Tx>(res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'exec
     const status = res.statusCode;
     const body = Buffer.concat(chunks);
     const response = new Response([101, 103, 204, 205, 304].includes(status) ? null : body, { status, headers });
-    prepared.complete(response).then(
-      (out) => send(res, out),
-      (error) => send(res, new Response(String(error), { status: 500 })),
-    );
+    (req as unknown as Record<symbol, unknown>)[SENDING] = prepared
+      .complete(response)
+      .then(
+        (out) => send(res, out),
+        (error) => send(res, new Response(String(error), { status: 500 })),
+      )
+      .then(() => flushed(res))
+      // An error handler answered first, the head went out past the capture, or the client
+      // went away: never leave the response hanging, never reject unhandled.
+      .catch(() => void (res.writableEnded || res.destroy()));
     return res;
   } as ServerResponse['end'];
 }
@@ -154,7 +189,17 @@ function restore(res: ResLike): void {
   if (!original) return;
   (res as ServerResponse).write = original.write;
   (res as ServerResponse).end = original.end;
+  (res as ServerResponse).writeHead = original.writeHead;
   delete (res as unknown as Record<symbol, unknown>)[ORIGINAL];
+}
+
+/** Resolves once the response has been handed to the OS, or its connection closed. */
+function flushed(res: ResLike): Promise<void> {
+  if (res.writableFinished || res.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    res.once('finish', resolve);
+    res.once('close', resolve);
+  });
 }
 
 /** Writes a web Response out through Node's response, replacing any headers set so far. */

@@ -44,7 +44,14 @@ export function idempotency<Tx = unknown>(
     if (prepared.kind === 'pass') return next();
     if (prepared.kind === 'respond') return prepared.response;
     c.set('idem', prepared.context);
-    await next();
+    try {
+      await next();
+    } catch (thrown) {
+      // Hono rethrows what is not an Error (its compose only catches Errors): still release.
+      c.res = undefined;
+      c.res = await prepared.fail(thrown);
+      return;
+    }
     // An HTTPException is a deliberate response (e.g. a validator's 400), not a crash.
     const crashed = c.error !== undefined && typeof (c.error as { getResponse?: unknown }).getResponse !== 'function';
     const outcome = crashed ? await prepared.fail(c.error) : await prepared.complete(c.res);

@@ -6,15 +6,19 @@ export const PUBLIC_SCOPE = 'public';
 /**
  * The default scope, safe without configuration (conformance 6): a SHA-256 of the request's
  * `Authorization` header, so two API credentials can never receive each other's responses or
- * collide on a key. The credential itself is never stored, only its hash. Requests without
- * `Authorization` share the scope `public`.
+ * collide on a key; without one, a SHA-256 of the `Cookie` header (cookie sessions are
+ * credentials too); without either, the shared scope `public`. Credentials are never
+ * stored, only their hashes.
  *
- * Configure a resolver (`scope: (req) => tenantId`) when credentials rotate between retries
- * (OAuth access tokens refreshed mid-retry would otherwise land in a new scope and run twice)
- * or when the identity comes from a cookie session.
+ * The default errs on the side of privacy: if a credential changes between two attempts
+ * (an OAuth access token refreshed mid-retry, a cookie rotated), the retry lands in a new
+ * scope and runs again. Configure a resolver (`scope: (req) => tenantId`) that returns the
+ * authenticated principal's stable id to avoid that.
  */
 export function credentialScope(headers: Headers): string {
   const authorization = headers.get('authorization');
-  if (!authorization) return PUBLIC_SCOPE;
-  return 'auth:' + createHash('sha256').update(authorization).digest('base64url');
+  if (authorization) return 'auth:' + createHash('sha256').update(authorization).digest('base64url');
+  const cookie = headers.get('cookie');
+  if (cookie) return 'cookie:' + createHash('sha256').update(cookie).digest('base64url');
+  return PUBLIC_SCOPE;
 }

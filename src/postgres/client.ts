@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * The slice of a PostgreSQL client that idem uses, declared locally so that `pg` and PGlite
  * both fit without being imported (they are optional peer dependencies).
@@ -34,11 +36,35 @@ export interface TransactionalLike extends Queryable {
 /** What the PostgreSQL store accepts: a `pg.Pool`, a PGlite instance, or anything shaped like either. */
 export type SqlClient = PoolLike | TransactionalLike;
 
-/** The client normalised to two operations. */
+/** The client normalised to three operations. */
 export interface SqlExecutor {
+  /** Runs one of idem's statements on the client (as a named prepared statement where the driver supports it). */
   query(text: string, params?: unknown[]): Promise<QueryResultLike>;
+  /** Runs one of idem's statements on `tx`, a connection inside {@link transaction}. */
+  queryOn(tx: Queryable, text: string, params?: unknown[]): Promise<QueryResultLike>;
   /** Runs `fn` in a transaction; commits when it resolves, rolls back when it throws. */
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+}
+
+/**
+ * node-postgres runs a query config with a `name` as a prepared statement, parsed and
+ * planned once per connection. idem's statements are fixed texts, so naming them removes
+ * the parse and plan work from every request (measured: about 2-3x the throughput of the
+ * claim statement at concurrency 16; see bench/). The name is derived from the text, so two
+ * stores on different tables sharing one pool never collide.
+ */
+const names = new Map<string, string>();
+function statementName(text: string): string {
+  let name = names.get(text);
+  if (!name) {
+    name = 'idem_' + createHash('sha256').update(text).digest('hex').slice(0, 24);
+    names.set(text, name);
+  }
+  return name;
+}
+type NamedQueryable = { query(config: { name: string; text: string; values?: unknown[] }): Promise<QueryResultLike> };
+function named(db: Queryable, text: string, params?: unknown[]): Promise<QueryResultLike> {
+  return (db as unknown as NamedQueryable).query({ name: statementName(text), text, values: params ?? [] });
 }
 
 /**
@@ -53,12 +79,17 @@ export function toExecutor(client: SqlClient): SqlExecutor {
   }
   if (typeof (client as TransactionalLike).transaction === 'function') {
     const c = client as TransactionalLike;
-    return { query: (text, params) => c.query(text, params), transaction: (fn) => c.transaction(fn) };
+    return {
+      query: (text, params) => c.query(text, params),
+      queryOn: (tx, text, params) => tx.query(text, params),
+      transaction: (fn) => c.transaction(fn),
+    };
   }
   if (typeof (client as PoolLike).connect === 'function' && typeof (client as PoolLike).totalCount === 'number') {
     const pool = client as PoolLike;
     return {
-      query: (text, params) => pool.query(text, params),
+      query: (text, params) => named(pool, text, params),
+      queryOn: (tx, text, params) => named(tx, text, params),
       async transaction(fn) {
         const conn = await pool.connect();
         try {

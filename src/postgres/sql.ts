@@ -53,6 +53,14 @@ export function quoteTable(name: string): string {
 export function statements(table: string): Statements {
   const t = quoteTable(table);
   const bare = table.replace('.', '_');
+  // Fencing tokens come from one sequence per table, never from a per-row counter: a row
+  // deleted (discarded, swept) and claimed again must not hand out a token that a stale
+  // worker of the old row still holds.
+  if (table.split('.').pop()!.length > 46) {
+    throw new Error(`Table name ${JSON.stringify(table)} is too long: at most 46 characters, so that its token sequence "<table>_lock_version_seq" fits PostgreSQL's 63`);
+  }
+  const seq = quoteTable(`${table}_lock_version_seq`);
+  const nextToken = `nextval('${seq.replaceAll("'", "''")}'::regclass)`;
   return {
     /**
      * Migration, run in one transaction under an advisory lock so two hosts starting at once
@@ -64,9 +72,12 @@ export function statements(table: string): Statements {
      * - `phase_results jsonb`: the recorded result of each completed atomic phase, so a
      *   takeover skips completed phases and still has their results.
      * - `response_headers jsonb`: the allow-listed response headers, as `[[name, value], ...]`.
+     * - `lock_version` draws from a sequence (see `nextToken`), so tokens only ever grow, also
+     *   across a delete and a new claim of the same key.
      */
     migrate: [
       `SELECT pg_advisory_xact_lock(hashtext('idem:migrate:' || $1::text))`,
+      `CREATE SEQUENCE IF NOT EXISTS ${seq}`,
       `CREATE TABLE IF NOT EXISTS ${t} (
         scope            text        NOT NULL CHECK (length(scope) BETWEEN 1 AND 255),
         key              text        NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
@@ -75,7 +86,7 @@ export function statements(table: string): Statements {
         recovery_point   text        NOT NULL DEFAULT 'start',
         phase_results    jsonb       NOT NULL DEFAULT '{}'::jsonb,
         locked_until     timestamptz,
-        lock_version     bigint      NOT NULL DEFAULT 0,
+        lock_version     bigint      NOT NULL DEFAULT ${nextToken},
         response_status  int,
         response_headers jsonb,
         response_body    bytea,
@@ -84,6 +95,18 @@ export function statements(table: string): Statements {
         PRIMARY KEY (scope, key)
       )`,
       `CREATE INDEX IF NOT EXISTS "${bare}_created_at_idx" ON ${t} (created_at)`,
+      // Dropping the table drops its token sequence too.
+      `ALTER SEQUENCE ${seq} OWNED BY ${t}.lock_version`,
+      // Upgrade a table created before tokens came from the sequence (DEFAULT 0): move the
+      // sequence above every token in use, then switch the default. Runs only when needed.
+      `DO $$ BEGIN
+        IF (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+            JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+            WHERE d.adrelid = '${t.replaceAll("'", "''")}'::regclass AND a.attname = 'lock_version') NOT LIKE 'nextval(%' THEN
+          PERFORM setval('${seq.replaceAll("'", "''")}'::regclass, GREATEST((SELECT max(lock_version) FROM ${t}), 0) + 1);
+          ALTER TABLE ${t} ALTER COLUMN lock_version SET DEFAULT ${nextToken};
+        END IF;
+      END $$`,
     ],
 
     /**
@@ -131,14 +154,17 @@ export function statements(table: string): Statements {
      * A row past retention counts as absent (conformance 18): replace it with a fresh claim,
      * fenced on the token read, so two claimers cannot both replace it. The token keeps
      * increasing, so a worker still holding the old row's token cannot write into the new one.
+     * A row whose lease is still valid is not replaced (its worker is alive; the engine keeps
+     * retention longer than any lease can last).
      * $1 scope, $2 key, $3 fingerprint, $4 lease ms, $5 retention ms, $6 token read.
      */
     replaceExpired: `UPDATE ${t} SET fingerprint = $3, state = 'started', recovery_point = 'start',
         phase_results = '{}'::jsonb, locked_until = now() + $4::int8 * interval '1 millisecond',
-        lock_version = lock_version + 1, response_status = NULL, response_headers = NULL,
+        lock_version = ${nextToken}, response_status = NULL, response_headers = NULL,
         response_body = NULL, created_at = now(), finished_at = NULL
       WHERE scope = $1 AND key = $2 AND lock_version = $6
         AND created_at <= now() - $5::int8 * interval '1 millisecond'
+        AND (locked_until IS NULL OR locked_until <= now())
       RETURNING lock_version::text AS lock_version`,
 
     /**
@@ -146,7 +172,7 @@ export function statements(table: string): Statements {
      * token must still be the one read, the key still started, the lease still expired.
      * $1 scope, $2 key, $3 token read, $4 lease ms.
      */
-    takeOver: `UPDATE ${t} SET locked_until = now() + $4::int8 * interval '1 millisecond', lock_version = lock_version + 1
+    takeOver: `UPDATE ${t} SET locked_until = now() + $4::int8 * interval '1 millisecond', lock_version = ${nextToken}
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
         AND (locked_until IS NULL OR locked_until <= now())
       RETURNING lock_version::text AS lock_version, recovery_point, phase_results`,
@@ -198,11 +224,13 @@ export function statements(table: string): Statements {
     /**
      * One retention batch (seed step 6): rows created before now() - retention, oldest first,
      * by primary key; SKIP LOCKED so a sweep never waits on (or blocks) a live claim, and two
-     * sweepers never delete the same rows. $1 retention ms, $2 batch size.
+     * sweepers never delete the same rows. A key whose lease is still valid is left alone:
+     * deleting it would let a retry run the work a second time. $1 retention ms, $2 batch size.
      */
     sweepBatch: `DELETE FROM ${t} WHERE (scope, key) IN (
         SELECT scope, key FROM ${t}
         WHERE created_at <= now() - $1::int8 * interval '1 millisecond'
+          AND (locked_until IS NULL OR locked_until <= now())
         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
   };
 }

@@ -70,8 +70,8 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   async migrate(): Promise<void> {
     const [lock, ...ddl] = this.sql.migrate;
     await this.db.transaction(async (tx) => {
-      await tx.query(lock!, [this.table]);
-      for (const statement of ddl) await tx.query(statement);
+      await this.db.queryOn(tx, lock!, [this.table]);
+      for (const statement of ddl) await this.db.queryOn(tx, statement);
     });
   }
 
@@ -93,7 +93,9 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
         row = (await this.db.query(this.sql.readForUpdate, [input.scope, input.key, input.retentionMs])).rows[0];
         if (!row) continue; // deleted in between (discarded or swept): claim again
       }
-      if (row.retention_expired === true) {
+      // Past retention the row counts as absent, unless its lease is still valid: its worker
+      // is alive, so the row is reported as it is (in progress) instead of being replaced.
+      if (row.retention_expired === true && row.lease_expired === true) {
         const replaced = await this.db.query(this.sql.replaceExpired, [
           input.scope,
           input.key,
@@ -130,7 +132,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   ): Promise<Fenced<T>> {
     if (!effects) {
       const value = undefined as T;
-      return (await this.write(this.db, ref, record(value))) ? { outcome: 'ok', value } : { outcome: 'fenced' };
+      return (await this.write(undefined, ref, record(value))) ? { outcome: 'ok', value } : { outcome: 'fenced' };
     }
     try {
       const value = await this.db.transaction(async (tx) => {
@@ -147,10 +149,12 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     }
   }
 
-  private async write(db: Queryable, ref: KeyRef, rec: CommitRecord): Promise<boolean> {
+  /** The fenced write of a commit, on `tx` inside a transaction or on its own (autocommit). */
+  private async write(tx: Queryable | undefined, ref: KeyRef, rec: CommitRecord): Promise<boolean> {
+    const run = (text: string, params: unknown[]) => (tx ? this.db.queryOn(tx, text, params) : this.db.query(text, params));
     const result =
       rec.kind === 'phase'
-        ? await db.query(this.sql.recordPhase, [
+        ? await run(this.sql.recordPhase, [
             ref.scope,
             ref.key,
             ref.token,
@@ -158,7 +162,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
             JSON.stringify(rec.result ?? null),
             rec.leaseMs,
           ])
-        : await db.query(this.sql.finish, [
+        : await run(this.sql.finish, [
             ref.scope,
             ref.key,
             ref.token,

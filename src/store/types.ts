@@ -93,7 +93,8 @@ export interface IdempotencyStore<Tx = unknown> {
 
   /**
    * Takes over a `started` key whose lease expired, only if its token is still `expectedToken`
-   * (seed statement 3). The new token is `expectedToken + 1`.
+   * (seed statement 3). The new token is higher than every token handed out before for
+   * this key.
    */
   takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult>;
 

@@ -41,7 +41,7 @@ export function tableName(prefix = 'idem_test'): string {
   return `${prefix}_${randomBytes(6).toString('hex')}`;
 }
 
-/** A migrated store on a fresh table; `drop()` removes the table. */
+/** A migrated store on a fresh table; `drop()` removes the table and its token sequence. */
 export async function freshStore(client: SqlClient, table = tableName()) {
   const store = new PostgresStore({ client, table });
   await store.migrate();
@@ -49,7 +49,9 @@ export async function freshStore(client: SqlClient, table = tableName()) {
     store,
     table,
     drop: async () => {
-      await (client as { query(t: string): Promise<unknown> }).query(`DROP TABLE IF EXISTS "${table}"`);
+      const db = client as { query(t: string): Promise<unknown> };
+      await db.query(`DROP TABLE IF EXISTS "${table}"`);
+      await db.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
     },
   };
 }

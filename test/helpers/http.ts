@@ -1,0 +1,118 @@
+/**
+ * Shared helpers of the HTTP-layer tests (test/http, test/hono, test/express): inspecting the
+ * key table, asserting idem's problem responses, controllable promises, an unreachable store.
+ */
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import type { SqlClient } from '../../src/postgres/client.js';
+import { PostgresStore } from '../../src/postgres/index.js';
+
+/** Prefix of every problem type idem emits. */
+export const PROBLEM = 'urn:idem:problem:';
+
+/** A promise resolved from outside, to hold a handler mid-work. */
+export interface Deferred<T = void> {
+  promise: Promise<T>;
+  resolve(value: T): void;
+}
+
+export function deferred<T = void>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** One row of the key table, as the tests inspect it. */
+export interface KeyRow {
+  scope: string;
+  key: string;
+  state: string;
+  recovery_point: string;
+  lock_version: string;
+  fingerprint: string;
+  response_status: number | null;
+  response_body: string | null;
+  response_headers: unknown;
+  locked: boolean;
+}
+
+export async function keyRows(client: SqlClient, table: string): Promise<KeyRow[]> {
+  const { rows } = await client.query(
+    `SELECT scope, key, state, recovery_point, lock_version::text AS lock_version,
+       encode(fingerprint, 'hex') AS fingerprint, response_status, encode(response_body, 'hex') AS response_body,
+       response_headers, (locked_until IS NOT NULL AND locked_until > now()) AS locked
+     FROM "${table}" ORDER BY scope, key`,
+  );
+  return rows as unknown as KeyRow[];
+}
+
+export async function countRows(client: SqlClient, table: string): Promise<number> {
+  const { rows } = await client.query(`SELECT count(*)::int AS n FROM "${table}"`);
+  return Number(rows[0]!.n);
+}
+
+/** Every column of every row as text: for checking that a value is stored nowhere. */
+export async function tableText(client: SqlClient, table: string): Promise<string> {
+  const { rows } = await client.query(`SELECT t::text AS t FROM "${table}" t`);
+  return rows.map((r) => String(r.t)).join('\n');
+}
+
+/**
+ * Asserts an idem problem response (conformance 20): `application/problem+json`, valid JSON,
+ * `status` equal to the HTTP status, `type` the given kind. Consumes the body.
+ */
+export async function assertProblem(
+  response: Response,
+  status: number,
+  kind: string,
+): Promise<Record<string, unknown> & { type: string; status: number; title: string }> {
+  const text = await response.text();
+  assert.equal(response.status, status, `expected ${status} ${kind}, got ${response.status}: ${text}`);
+  assert.equal(response.headers.get('content-type'), 'application/problem+json');
+  const body = JSON.parse(text) as Record<string, unknown> & { type: string; status: number; title: string };
+  assert.equal(body.status, status, 'problem status equals the HTTP status');
+  assert.equal(body.type, PROBLEM + kind);
+  assert.equal(typeof body.title, 'string');
+  assert.ok(body.title.length > 0, 'problem title is not empty');
+  return body;
+}
+
+export function hex(bytes: Uint8Array | ArrayBuffer): string {
+  return Buffer.from(bytes instanceof ArrayBuffer ? new Uint8Array(bytes) : bytes).toString('hex');
+}
+
+/** Polls `check` until it returns a value other than `undefined`, or fails after `timeoutMs`. */
+export async function poll<T>(check: () => Promise<T | undefined> | T | undefined, timeoutMs: number, what: string, everyMs = 50): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+/** A PostgresStore on a pool that can never connect (nothing listens on port 1). */
+export function unreachableStore(): { store: PostgresStore; close(): Promise<void> } {
+  const pool = new pg.Pool({
+    host: '127.0.0.1',
+    port: 1,
+    user: 'nobody',
+    database: 'nothing',
+    connectionTimeoutMillis: 300,
+    max: 1,
+  });
+  pool.on('error', () => undefined);
+  return { store: new PostgresStore({ client: pool, table: 'idem_unreachable' }), close: () => pool.end() };
+}
+
+/** The invalid keys of conformance 5 that any client can send, with a name for the test title. */
+export const INVALID_KEYS: Array<[string, string]> = [
+  ['an empty key', ''],
+  ['a 256-character key', 'k'.repeat(256)],
+  ['a non-ASCII key', 'café-1'],
+  ['a key with a control character (tab)', 'a\tb'],
+  ['a malformed sf-string (unterminated)', '"abc'],
+  ['a malformed sf-string (trailing characters)', '"abc"def'],
+  ['an sf-string with parameters', '"abc";v=1'],
+];
