@@ -277,32 +277,45 @@ describe('decide', () => {
 });
 
 describe('deriveKey', () => {
-  it('is stable across calls', () => {
-    assert.equal(deriveKey('tenant-1', 'abc', 'psp_charge'), deriveKey('tenant-1', 'abc', 'psp_charge'));
+  const CLAIM = '0b7f6c2e-4a51-4c7e-9d3a-5f0e8a1b2c3d';
+  const OTHER_CLAIM = '6a1d9e40-2b3c-4f5d-8e6f-7a8b9c0d1e2f';
+
+  it('is stable for the same scope, key, claim and name', () => {
+    assert.equal(deriveKey('tenant-1', 'abc', CLAIM, 'psp_charge'), deriveKey('tenant-1', 'abc', CLAIM, 'psp_charge'));
   });
 
-  it('differs per scope, per key and per name', () => {
-    const base = deriveKey('tenant-1', 'abc', 'psp_charge');
-    assert.notEqual(base, deriveKey('tenant-2', 'abc', 'psp_charge'));
-    assert.notEqual(base, deriveKey('tenant-1', 'abd', 'psp_charge'));
-    assert.notEqual(base, deriveKey('tenant-1', 'abc', 'psp_refund'));
+  it('differs per scope, per key, per claim and per name', () => {
+    const base = deriveKey('tenant-1', 'abc', CLAIM, 'psp_charge');
+    assert.notEqual(base, deriveKey('tenant-2', 'abc', CLAIM, 'psp_charge'));
+    assert.notEqual(base, deriveKey('tenant-1', 'abd', CLAIM, 'psp_charge'));
+    assert.notEqual(base, deriveKey('tenant-1', 'abc', OTHER_CLAIM, 'psp_charge'));
+    assert.notEqual(base, deriveKey('tenant-1', 'abc', CLAIM, 'psp_refund'));
   });
 
-  it('does not confuse scope and key boundaries', () => {
-    assert.notEqual(deriveKey('ab', 'c', 'n'), deriveKey('a', 'bc', 'n'));
+  it('a key claimed anew (new claim id) gets a different derived key for every name', () => {
+    for (const name of ['authorize', 'psp_charge', 'n']) {
+      assert.notEqual(deriveKey('t', 'k', CLAIM, name), deriveKey('t', 'k', OTHER_CLAIM, name), name);
+    }
+  });
+
+  it('does not confuse scope, key and claim boundaries', () => {
+    assert.notEqual(deriveKey('ab', 'c', CLAIM, 'n'), deriveKey('a', 'bc', CLAIM, 'n'));
+    assert.notEqual(deriveKey('t', 'kx', 'y', 'n'), deriveKey('t', 'k', 'xy', 'n'));
   });
 
   it('starts with the name and is printable ASCII within 255 characters', () => {
-    const longest = deriveKey('s'.repeat(255), 'k'.repeat(255), 'n'.repeat(64));
-    for (const derived of [deriveKey('t', 'k', 'authorize'), longest]) {
+    const longest = deriveKey('s'.repeat(255), 'k'.repeat(255), CLAIM, 'n'.repeat(64));
+    for (const derived of [deriveKey('t', 'k', CLAIM, 'authorize'), longest]) {
       assert.match(derived, /^[\x21-\x7e]+$/);
       assert.ok(derived.length <= 255, `${derived.length} characters`);
     }
-    assert.ok(deriveKey('t', 'k', 'authorize').startsWith('authorize:'), 'starts with the name');
+    assert.ok(deriveKey('t', 'k', CLAIM, 'authorize').startsWith('authorize:'), 'starts with the name');
     assert.ok(longest.length <= 108, `${longest.length} characters`);
   });
 
-  it('does not contain the client key verbatim', () => {
-    assert.ok(!deriveKey('t', 'secret-client-key', 'n').includes('secret-client-key'), 'the client key is hashed');
+  it('does not contain the client key or the claim id verbatim', () => {
+    const derived = deriveKey('t', 'secret-client-key', CLAIM, 'n');
+    assert.ok(!derived.includes('secret-client-key'), 'the client key is hashed');
+    assert.ok(!derived.includes(CLAIM), 'the claim id is hashed');
   });
 });

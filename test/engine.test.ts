@@ -249,7 +249,8 @@ for (const engineDef of engines) {
         const first = executionOf(await begin(engine));
         const result = await first.call('psp_charge', charge);
         assert.deepEqual(result, { id: 'ch_1', at: '1970-01-01T00:00:00.000Z' });
-        assert.deepEqual(seen, [deriveKey(SCOPE, 'k', 'psp_charge')]);
+        assert.deepEqual(seen, [deriveKey(SCOPE, 'k', first.claimId, 'psp_charge')]);
+        assert.equal(first.claimId, (await record())?.claimId, 'the execution carries the row claim id');
         assert.equal(seen[0], first.derivedKey('psp_charge'));
         const stored = await record();
         assert.equal(stored?.recoveryPoint, 'psp_charge');
@@ -279,6 +280,42 @@ for (const engineDef of engines) {
         assert.equal(await second.call('psp_charge', async (derivedKey) => (seen.push(derivedKey), 'ch_second')), 'ch_second');
         assert.equal(seen.length, 2);
         assert.equal(seen[0], seen[1], 'both attempts carried the same derived key');
+      });
+    });
+
+    describe('derived keys across claims', () => {
+      it('keeps the claim id and derived key across a takeover', async () => {
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
+        const first = executionOf(await begin(engine));
+        const second = await takeOver(engine);
+        assert.ok(second.token > first.token, `takeover token ${second.token} must exceed ${first.token}`);
+        assert.equal(second.claimId, first.claimId, 'a takeover continues the same claim');
+        assert.equal(second.derivedKey('psp_charge'), first.derivedKey('psp_charge'));
+        assert.equal(second.derivedKey('psp_charge'), deriveKey(SCOPE, 'k', first.claimId, 'psp_charge'));
+      });
+
+      it('gives a new claim id and derived key when the key is claimed again past retention', async () => {
+        // Without a heartbeat, retention only has to exceed the lease.
+        const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0, retentionMs: SHORT_LEASE_MS + 100 });
+        const first = executionOf(await begin(engine));
+        const before = first.derivedKey('psp_charge');
+        await first.finish(response(201, [1]));
+        assert.equal((await begin(engine)).kind, 'replay', 'within retention the key replays');
+        const again = executionOf(await eventually(() => begin(engine), (r) => r.kind !== 'replay'));
+        assert.ok(again.token > first.token, `new claim token ${again.token} must exceed ${first.token}`);
+        assert.notEqual(again.claimId, first.claimId, 'a claim past retention is a new claim');
+        assert.equal((await record())?.claimId, again.claimId, 'the row carries the new claim id');
+        assert.notEqual(again.derivedKey('psp_charge'), before, 'a reused key never gets the old downstream key');
+        assert.equal(again.derivedKey('psp_charge'), deriveKey(SCOPE, 'k', again.claimId, 'psp_charge'));
+      });
+
+      it('gives a new claim id and derived key when the key is claimed again after a discard', async () => {
+        const engine = makeEngine();
+        const first = executionOf(await begin(engine));
+        await first.discard();
+        const again = executionOf(await begin(engine));
+        assert.notEqual(again.claimId, first.claimId, 'a claim after a discard is a new claim');
+        assert.notEqual(again.derivedKey('psp_charge'), first.derivedKey('psp_charge'));
       });
     });
 

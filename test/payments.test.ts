@@ -19,7 +19,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -33,6 +33,8 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SERVER = 'examples/payments/server.ts';
 const SERVER_START_TIMEOUT_MS = 45_000;
 const TEST_TIMEOUT_MS = 120_000;
+/** PSP latency in test 3b: the first request stays in flight for half of it after its PSP charge shows. */
+const PSP_3B_LATENCY_MS = 6000;
 
 // ---------------------------------------------------------------------------------------------
 // Small utilities
@@ -75,17 +77,21 @@ function request(
   base: string,
   method: string,
   path: string,
-  options: { headers?: Record<string, string>; body?: string | Buffer } = {},
+  options: { headers?: Record<string, string>; body?: string | Buffer; chunked?: boolean } = {},
 ): Promise<Reply> {
   const url = new URL(path, base);
   const body = options.body === undefined ? undefined : Buffer.from(options.body);
+  const chunked = options.chunked === true && body !== undefined;
   return new Promise((resolve, reject) => {
     const req = http.request(
       url,
       {
         method,
         agent: false,
-        headers: { ...(body ? { 'content-length': String(body.length) } : {}), ...options.headers },
+        headers: {
+          ...(chunked ? { 'transfer-encoding': 'chunked' } : body ? { 'content-length': String(body.length) } : {}),
+          ...options.headers,
+        },
       },
       (res) => {
         const chunks: Buffer[] = [];
@@ -103,7 +109,11 @@ function request(
       },
     );
     req.on('error', reject);
-    req.end(body);
+    if (chunked) {
+      // No Content-Length: the server only learns the size by reading the stream.
+      for (let i = 0; i < body.length; i += 16 * 1024) req.write(body.subarray(i, i + 16 * 1024));
+      req.end();
+    } else req.end(body);
   });
 }
 
@@ -133,6 +143,8 @@ interface PostOptions {
   /** An object is sent as JSON; a string as is. */
   body: unknown;
   contentType?: string;
+  /** Send the body chunked, without Content-Length. */
+  chunked?: boolean;
 }
 
 function postCharge(server: Server, o: PostOptions): Promise<Reply> {
@@ -140,7 +152,7 @@ function postCharge(server: Server, o: PostOptions): Promise<Reply> {
   if (o.apiKey !== null) headers.authorization = `Bearer ${o.apiKey ?? 'sk_test_default'}`;
   if (o.key !== null && o.key !== undefined) headers['idempotency-key'] = o.key;
   const body = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
-  return request(server.url, 'POST', '/v1/charges', { headers, body });
+  return request(server.url, 'POST', '/v1/charges', { headers, body, chunked: o.chunked });
 }
 
 async function pspCharges(server: Server, customer: string): Promise<PspCharge[]> {
@@ -161,7 +173,16 @@ async function assertLocalCharge(server: Server, apiKey: string, charge: ChargeB
   assert.equal(got.status, 200, `GET /v1/charges/${charge.id}: ${got.body.toString()}`);
   const row = got.json() as ChargeBody;
   assert.deepEqual(
-    { id: row.id, amount: row.amount, currency: row.currency, customer: row.customer, status: row.status, psp: row.psp_charge_id, metadata: row.metadata },
+    {
+      id: row.id,
+      amount: row.amount,
+      currency: row.currency,
+      customer: row.customer,
+      status: row.status,
+      psp: row.psp_charge_id,
+      metadata: row.metadata,
+      created: row.created,
+    },
     {
       id: charge.id,
       amount: charge.amount,
@@ -170,6 +191,8 @@ async function assertLocalCharge(server: Server, apiKey: string, charge: ChargeB
       status: 'succeeded',
       psp: charge.psp_charge_id,
       metadata: charge.metadata,
+      // Both come from the database's created_at: the POST and the GET show the same second.
+      created: charge.created,
     },
   );
 }
@@ -262,10 +285,31 @@ process.on('exit', () => {
 /** Environment variables of the parent that must not leak into a server. */
 const SCRUBBED = /^(DATABASE_URL|IDEM_|PSP_|PAYMENTS_|PORT$|HOST$|PG_POOL_MAX$|NODE_TEST_CONTEXT$|NODE_OPTIONS$)/;
 
-function startServer(db: Database, extraEnv: Record<string, string> = {}): Promise<Server> {
+function serverEnv(db: Database, extraEnv: Record<string, string>): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [name, value] of Object.entries(process.env)) if (value !== undefined && !SCRUBBED.test(name)) env[name] = value;
-  Object.assign(env, db.env, { PORT: '0', HOST: '127.0.0.1', PSP_LATENCY_MS: '20' }, extraEnv);
+  return Object.assign(env, db.env, { PORT: '0', HOST: '127.0.0.1', PSP_LATENCY_MS: '20' }, extraEnv);
+}
+
+/** Runs a server that is expected not to start: resolves with its exit and its whole output. */
+function runUntilExit(db: Database, extraEnv: Record<string, string>): Promise<{ code: number | null; signal: NodeJS.Signals | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', SERVER], { cwd: ROOT, env: serverEnv(db, extraEnv), stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(child);
+  let output = '';
+  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill('SIGKILL'), SERVER_START_TIMEOUT_MS);
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      children.delete(child);
+      resolve({ code, signal, output });
+    });
+  });
+}
+
+function startServer(db: Database, extraEnv: Record<string, string> = {}): Promise<Server> {
+  const env = serverEnv(db, extraEnv);
   const child = spawn(process.execPath, ['--import', 'tsx', SERVER], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   children.add(child);
   let output = '';
@@ -651,8 +695,11 @@ describe('example payments API, end to end', { concurrency: true }, () => {
 
         const statuses = answers.map((r) => r.status);
         for (const res of answers) {
-          if (res.status === 409) assertInProgress(res);
-          else assert.equal(res.status, 201, `unexpected ${res.status}: ${res.body.toString()}`);
+          if (res.status === 409) {
+            assertInProgress(res);
+            // The default Retry-After is 1 s (the lease left is ~60 s on this server).
+            assert.equal(res.headers['retry-after'], '1', 'Retry-After of an in-progress 409');
+          } else assert.equal(res.status, 201, `unexpected ${res.status}: ${res.body.toString()}`);
         }
         const created = answers.filter((r) => r.status === 201);
         const fresh = created.filter((r) => r.headers['idempotent-replayed'] === undefined);
@@ -691,15 +738,21 @@ describe('example payments API, end to end', { concurrency: true }, () => {
 
       test('3b. a different amount while the first request is in flight gets 422, not 409; the original still replays', T, async () => {
         const db = backend.database();
-        const server = await start(db, { PSP_LATENCY_MS: '2500' });
+        const server = await start(db, { PSP_LATENCY_MS: String(PSP_3B_LATENCY_MS) });
         const apiKey = `sk_test_${rand()}`;
         const key = `inflight-${rand()}`;
         const customer = `cus_t3b_${rand()}`;
         const body = { amount: 1000, currency: 'usd', customer };
         const firstP = settle(postCharge(server, { apiKey, key, body }));
-        // The same request answers 409 once the first has claimed the key.
-        const probe = await until('the first request to claim the key', () => postCharge(server, { apiKey, key, body }), (r) => r.status === 409 || r.status === 201, 10_000, 20);
-        assertInProgress(probe, 'the first request (2500 ms of PSP latency) must still be running:');
+        // Nothing else may touch the key until the first request provably holds it: a probe with
+        // the same key sent too early could claim the key itself (it raced the first request and
+        // won ~50% of the time under load). The fake PSP records its charge halfway through its
+        // latency, and only an execution holding the key calls the PSP; so once this customer's
+        // PSP charge is visible, the first request (the only one sent) has claimed the key and
+        // stays in flight for another PSP_3B_LATENCY_MS / 2. Works on PGlite too, where the test
+        // cannot read the server's database while it runs.
+        await until('the first request to reach the PSP', () => pspCharges(server, customer), (c) => c.length === 1, 20_000, 20);
+        assertInProgress(await postCharge(server, { apiKey, key, body }), 'the first request must still be running:');
         const mismatch = await postCharge(server, { apiKey, key, body: { ...body, amount: 1001 } });
         assertProblem(mismatch, 422, PROBLEM + 'idempotency-key-reused', 'mismatch while in flight:');
         // Still in flight after the 422: the mismatch was judged while the first was running.
@@ -815,6 +868,159 @@ describe('example payments API, end to end', { concurrency: true }, () => {
         assert.deepEqual((got.json() as ChargeBody).metadata, { order: '42' });
       });
 
+      test('13. a key reused after retention makes a new charge and a new PSP charge (a new derived key), then replays that', T, async () => {
+        const db = backend.database();
+        // With the heartbeat on, retention must exceed maxExecutionMs (10 × lease) + lease.
+        const server = await start(db, { IDEM_LEASE_MS: '200', IDEM_RETENTION_MS: '2500' });
+        const apiKey = `sk_test_${rand()}`;
+        const key = `reused-${rand()}`;
+        const customer = `cus_t13_${rand()}`;
+        const body = { amount: 1300, currency: 'usd', customer };
+        const firstRes = await postCharge(server, { apiKey, key, body });
+        const first = assertFresh(firstRes, 'first use:');
+        const sentAt = Date.now();
+        // Within retention the key replays; past it, the same request runs again.
+        const { res: secondRes } = await retryUntilCreated(
+          async () => {
+            const res = await postCharge(server, { apiKey, key, body });
+            if (res.status === 201 && res.headers['idempotent-replayed'] === 'true') {
+              assertReplayOf(res, firstRes, 'within retention:');
+              return { ...res, status: 299 }; // keep polling
+            }
+            return res;
+          },
+          (res) => assert.equal(res.status, 299, `within retention only replays: ${res.status} ${res.body.toString()}`),
+          100,
+          20_000,
+        );
+        assert.ok(Date.now() - sentAt >= 2000, 'the key was reclaimed only once retention had run out');
+        const second = assertFresh(secondRes, 'the key reused past retention:');
+        assert.notEqual(second.id, first.id, 'a new local charge');
+        assert.notEqual(second.psp_charge_id, first.psp_charge_id, 'a new PSP charge, not the old one replayed by the PSP');
+        const psp = await pspCharges(server, customer);
+        assert.deepEqual(psp.map((c) => c.id).sort(), [first.psp_charge_id, second.psp_charge_id].sort(), 'two PSP charges for this customer');
+        assert.notEqual(psp[0]!.idempotency_key, psp[1]!.idempotency_key, 'the two claims derived different PSP keys');
+        assertReplayOf(await postCharge(server, { apiKey, key, body }), secondRes, 'the new charge replays:');
+        await assertLocalCharge(server, apiKey, first);
+        await assertLocalCharge(server, apiKey, second);
+
+        await server.stop();
+        const after = await db.inspect({
+          rows: localRows(customer),
+          key: { sql: `SELECT scope, claim_id::text AS claim_id FROM idempotency_keys WHERE key = $1`, params: [key] },
+        });
+        assert.deepEqual(after.rows.map((r) => r.id).sort(), [first.id, second.id].sort(), 'two local rows for the one key');
+        const [row] = after.key;
+        const secondPsp = psp.find((c) => c.id === second.psp_charge_id)!;
+        assert.equal(secondPsp.idempotency_key, deriveKey(String(row!.scope), key, String(row!.claim_id), 'psp_charged'), "the new PSP key is the new claim's");
+      });
+
+      test('14. a body over 64 KiB gets 413 and leaves nothing stored; the same key then works', T, async () => {
+        const server = await shared();
+        const apiKey = `sk_test_${rand()}`;
+        const customer = `cus_t14_${rand()}`;
+        const big = { amount: 1400, currency: 'usd', customer, metadata: { pad: 'x'.repeat(100_000) } };
+        const keys = { sized: `large-${rand()}`, chunked: `large-chunked-${rand()}` };
+        for (const [how, key] of Object.entries(keys)) {
+          const res = await postCharge(server, { apiKey, key, body: big, chunked: how === 'chunked' });
+          assertProblem(res, 413, 'urn:idem:example:payments:too-large', `${how} 100 KB body:`);
+          if (backend.multiProcess) {
+            const { rows } = await sharedDb.inspect({ rows: { sql: `SELECT state FROM idempotency_keys WHERE key = $1`, params: [key] } });
+            assert.deepEqual(rows, [], `${how}: a 413 stores no idempotency key`);
+          }
+        }
+        assert.equal((await pspCharges(server, customer)).length, 0, 'nothing ran');
+        // Had idem stored the large request (in any state), this request would get 409 or 422.
+        for (const [how, key] of Object.entries(keys)) {
+          const small = { amount: 1400, currency: 'usd', customer, metadata: { how } };
+          assertFresh(await postCharge(server, { apiKey, key, body: small }), `${how}: the key is still free:`);
+        }
+        assert.equal((await pspCharges(server, customer)).length, 2);
+      });
+
+      test('15. too many form parameters and metadata over the limits get 400 without consuming the key', T, async () => {
+        const server = await shared();
+        const apiKey = `sk_test_${rand()}`;
+        const key = `limits-${rand()}`;
+        const customer = `cus_t15_${rand()}`;
+        const form = 'application/x-www-form-urlencoded';
+        const params101 = [`amount=500`, `currency=usd`, `customer=${customer}`, ...Array.from({ length: 98 }, (_, i) => `metadata[k${i}]=v`)].join('&');
+        const tooMany = await postCharge(server, { apiKey, key, contentType: form, body: params101 });
+        const p1 = assertProblem(tooMany, 400, 'urn:idem:example:payments:invalid-request', '101 form parameters:');
+        assert.match(String(p1.detail), /Too many form parameters/);
+
+        const keysOf = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, 'v']));
+        const invalid: Array<[string, Record<string, string>, string]> = [
+          ['51 metadata keys', keysOf(51), 'metadata'],
+          ['a 41-character metadata key', { ['k'.repeat(41)]: 'v' }, `metadata[${'k'.repeat(41)}]`],
+          ['a 501-character metadata value', { note: 'v'.repeat(501) }, 'metadata[note]'],
+        ];
+        for (const [what, metadata, param] of invalid) {
+          const res = await postCharge(server, { apiKey, key, body: { amount: 500, currency: 'usd', customer, metadata } });
+          const problem = assertProblem(res, 400, 'urn:idem:example:payments:invalid-request', `${what}:`);
+          assert.equal((problem.error as { param?: string }).param, param, what);
+        }
+        assert.equal((await pspCharges(server, customer)).length, 0, 'nothing ran');
+        // At the limits exactly: 50 keys, a 40-character key, a 500-character value; same key.
+        const metadata = { ...keysOf(48), ['k'.repeat(40)]: 'v', note: 'v'.repeat(500) };
+        const ok = await postCharge(server, { apiKey, key, body: { amount: 500, currency: 'usd', customer, metadata } });
+        const charge = assertFresh(ok, 'the key is still free after the 400s:');
+        assert.deepEqual(charge.metadata, metadata);
+        // The form parser accepts exactly 100 parameters (the 400 above is then about metadata, not the count).
+        const params100 = params101.split('&').slice(0, 100).join('&');
+        const hundred = assertProblem(
+          await postCharge(server, { apiKey, key: `limits-100-${rand()}`, contentType: form, body: params100 }),
+          400,
+          'urn:idem:example:payments:invalid-request',
+          '100 form parameters:',
+        );
+        assert.doesNotMatch(String(hundred.detail), /Too many form parameters/);
+        assert.equal((await pspCharges(server, customer)).length, 1);
+      });
+
+      test(
+        '16. a second server on the same PGlite directory exits 1 naming the first; the first keeps serving; a dead holder is taken over',
+        { ...T, skip: backend.multiProcess ? 'PostgreSQL admits many servers on one database' : false },
+        async () => {
+          const db = backend.database();
+          const dir = db.env.IDEM_DATA_DIR!;
+          const a = await start(db);
+          const second = await runUntilExit(db, {});
+          assert.equal(second.code, 1, `the second server must exit 1:\n${second.output}`);
+          assert.ok(
+            second.output.includes(`idem example: cannot start: ${dir} is in use by process ${a.child.pid}: PGlite allows one process per data directory`),
+            `the message names the directory and the holder:\n${second.output}`,
+          );
+          assert.doesNotMatch(second.output, /listening on/);
+          assert.equal(a.child.exitCode, null, 'the first server is still running');
+          const apiKey = `sk_test_${rand()}`;
+          const key = `lock-${rand()}`;
+          const body = { amount: 1600, currency: 'usd', customer: `cus_t16_${rand()}` };
+          const created = await postCharge(a, { apiKey, key, body });
+          assertFresh(created, 'the first server still serves:');
+
+          // A holder that died without cleaning up (SIGKILL) leaves its pid file; it is taken over at once.
+          a.child.kill('SIGKILL');
+          await a.exited;
+          assert.ok(existsSync(join(dir, 'idem-example.pid')), 'the killed server left its pid file');
+          const b = await start(db);
+          assertReplayOf(await postCharge(b, { apiKey, key, body }), created, 'the restarted server replays:');
+          await b.stop();
+          assert.ok(!existsSync(join(dir, 'idem-example.pid')), 'a clean stop removes the pid file');
+        },
+      );
+
+      test('17. a server whose port is in use exits 1 with one line', T, async () => {
+        const server = await shared();
+        const db = backend.multiProcess ? sharedDb : backend.database();
+        const result = await runUntilExit(db, { PORT: String(server.port) });
+        assert.equal(result.code, 1, `must exit 1:\n${result.output}`);
+        assert.match(result.output, new RegExp(`^idem example: cannot start: port ${server.port} on 127\\.0\\.0\\.1 is in use`, 'm'));
+        assert.equal(result.output.trim().split('\n').length, 1, `one line:\n${result.output}`);
+        if (!backend.multiProcess) assert.ok(!existsSync(join(db.env.IDEM_DATA_DIR!, 'idem-example.pid')), 'the failed start released its lock');
+        assert.equal((await request(server.url, 'GET', '/healthz')).status, 200, 'the server on that port is unaffected');
+      });
+
       /**
        * Crash scenarios: server A SIGKILLs itself at `point`; server B (same database, no crash
        * env) takes over once the lease has run out. On PostgreSQL B runs from the start (another
@@ -843,7 +1049,10 @@ describe('example payments API, end to end', { concurrency: true }, () => {
         const before = await db.inspect({
           rows: localRows(customer),
           psp: { sql: `SELECT id, idempotency_key FROM psp_charges WHERE customer = $1`, params: [customer] },
-          key: { sql: `SELECT state, recovery_point, phase_results ? 'psp_charged' AS psp_recorded FROM idempotency_keys WHERE key = $1`, params: [key] },
+          key: {
+            sql: `SELECT state, recovery_point, phase_results ? 'psp_charged' AS psp_recorded, claim_id::text AS claim_id FROM idempotency_keys WHERE key = $1`,
+            params: [key],
+          },
         });
         assert.equal(before.rows.length, 1, 'phase 1 (charge_created) committed before the crash');
         assert.equal(before.rows[0]!.status, 'pending', 'the charge was not finished before the crash');
@@ -900,7 +1109,8 @@ describe('example payments API, end to end', { concurrency: true }, () => {
         assert.equal(before.rows[0]!.psp_charge_id, null);
         // The retry called the PSP again with the same derived key, and got the same charge.
         const scope = 'tenant:' + createHash('sha256').update(apiKey).digest('base64url');
-        assert.equal(before.psp[0]!.idempotency_key, deriveKey(scope, key, 'psp_charged'), 'the PSP saw the derived key');
+        const claimId = String(before.key[0]!.claim_id);
+        assert.equal(before.psp[0]!.idempotency_key, deriveKey(scope, key, claimId, 'psp_charged'), 'the PSP saw the derived key');
         assert.equal(charge.psp_charge_id, before.psp[0]!.id, 'the retry got the charge made before the crash');
       });
 

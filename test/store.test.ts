@@ -14,6 +14,8 @@ import { InvalidOptionError } from '../src/core/errors.js';
 const LONG_LEASE_MS = 60_000;
 const RETENTION_MS = 60_000;
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
 const fp = (n: number): Uint8Array => new Uint8Array(32).fill(n);
 const q = (client: SqlClient): Queryable => client as Queryable;
 
@@ -144,6 +146,24 @@ for (const engine of engines) {
           await store.migrate();
           const token = claimedToken(await store.claim(claimInput('new')));
           assert.ok(token > 41, `a new claim's token (${token}) must exceed the highest token in use (41)`);
+          // The upgrade also added claim_id: the existing row got one, and new claims get their own.
+          const column = (
+            await q(db.client).query(
+              `SELECT data_type, is_nullable FROM information_schema.columns WHERE table_name = $1 AND column_name = 'claim_id'`,
+              [table],
+            )
+          ).rows[0];
+          assert.deepEqual(column, { data_type: 'uuid', is_nullable: 'NO' }, 'claim_id was added as uuid NOT NULL');
+          const rows = (await q(db.client).query(`SELECT key, claim_id::text AS claim_id FROM "${table}" ORDER BY key`)).rows;
+          assert.equal(rows.length, 2);
+          for (const row of rows) assert.match(String(row.claim_id), UUID, `claim_id of ${String(row.key)}`);
+          const newClaim = await store.claim(claimInput('new2'));
+          assert.equal(newClaim.outcome, 'claimed');
+          const { claimId } = newClaim as { claimId: string };
+          assert.match(claimId, UUID);
+          assert.ok(!rows.some((r) => r.claim_id === claimId), 'a new claim gets a claim id of its own');
+          assert.equal((await store.get('tenant-1', 'new2', RETENTION_MS))?.claimId, claimId, 'the record carries the claim id');
+          assert.equal((await store.get('tenant-1', 'old', RETENTION_MS))?.claimId, rows[1]!.claim_id, 'the old row reads with its claim id');
         } finally {
           await q(db.client).query(`DROP TABLE IF EXISTS "${table}"`);
           await q(db.client).query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
@@ -156,7 +176,7 @@ for (const engine of engines) {
         const before = Date.now();
         const claimed = await ctx.store.claim(claimInput('k1'));
         const token = claimedToken(claimed);
-        assert.deepEqual(Object.keys(claimed).sort(), ['outcome', 'token']);
+        assert.deepEqual(Object.keys(claimed).sort(), ['claimId', 'outcome', 'token']);
         assert.ok(Number.isSafeInteger(token) && token > 0, `a positive integer token, got ${token}`);
         const again = await ctx.store.claim(claimInput('k1', { fingerprint: fp(2) }));
         assert.equal(again.outcome, 'exists');
@@ -285,6 +305,55 @@ for (const engine of engines) {
       });
     });
 
+    describe('claim id', () => {
+      const claimedId = (result: ClaimResult): string => {
+        assert.equal(result.outcome, 'claimed', `expected a claim, got ${JSON.stringify(result)}`);
+        const { claimId } = result as { claimId: string };
+        assert.match(claimId, UUID);
+        return claimId;
+      };
+
+      it('is reported by claim, stored on the row, and returned with the existing record', async () => {
+        const id = claimedId(await ctx.store.claim(claimInput('k')));
+        assert.equal(String((await rawRow('k'))?.claim_id), id);
+        const again = await ctx.store.claim(claimInput('k'));
+        assert.equal(again.outcome, 'exists');
+        assert.equal((again as { record: { claimId: string } }).record.claimId, id);
+        assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.claimId, id);
+        assert.notEqual(claimedId(await ctx.store.claim(claimInput('k2'))), id, 'each key has its own claim id');
+      });
+
+      it('is kept by a takeover', async () => {
+        const id = claimedId(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
+        const token = await currentToken('k');
+        const taken = await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS);
+        assert.equal(taken.outcome, 'taken');
+        assert.equal((taken as { claimId: string }).claimId, id, 'the takeover continues the claim');
+        assert.ok((taken as { token: number }).token > token, 'with a new token');
+        assert.equal(String((await rawRow('k'))?.claim_id), id);
+      });
+
+      it('changes when the key is claimed again after a discard', async () => {
+        const id = claimedId(await ctx.store.claim(claimInput('k')));
+        const token = await currentToken('k');
+        assert.deepEqual(await ctx.store.release({ scope: 'tenant-1', key: 'k', token }, { discard: true }), { outcome: 'ok', value: 'deleted' });
+        const next = claimedId(await ctx.store.claim(claimInput('k')));
+        assert.notEqual(next, id, 'a claim after a discard is a new claim');
+        assert.equal(String((await rawRow('k'))?.claim_id), next);
+      });
+
+      it('changes when a row past retention is replaced', async () => {
+        const id = claimedId(await ctx.store.claim(claimInput('k')));
+        const token = await currentToken('k');
+        await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, finishWith({ status: 201, headers: [], body: new Uint8Array([1]) }));
+        await age('k');
+        const next = claimedId(await ctx.store.claim(claimInput('k', { fingerprint: fp(2) })));
+        assert.notEqual(next, id, 'a claim past retention is a new claim');
+        assert.equal(String((await rawRow('k'))?.claim_id), next, 'the row carries the new claim id');
+        assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.claimId, next);
+      });
+    });
+
     describe('get', () => {
       it('returns undefined for an absent key', async () => {
         assert.equal(await ctx.store.get('tenant-1', 'nope', RETENTION_MS), undefined);
@@ -295,10 +364,11 @@ for (const engine of engines) {
       it('takes over an expired lease with a higher token, keeping recovery point and results', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, phase('p1', 0), async () => ({ id: 7 }));
+        const claimId = (await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.claimId;
         const taken = await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS);
         assert.equal(taken.outcome, 'taken');
         const { token: newToken, ...rest } = taken as Extract<typeof taken, { outcome: 'taken' }>;
-        assert.deepEqual(rest, { outcome: 'taken', recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } } });
+        assert.deepEqual(rest, { outcome: 'taken', claimId, recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } } });
         assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
         assert.equal(record?.token, newToken);
@@ -531,7 +601,7 @@ for (const engine of engines) {
         const taken = await ctx.store.takeOver(ref, LONG_LEASE_MS);
         assert.equal(taken.outcome, 'taken');
         const { token: newToken, ...rest } = taken as Extract<typeof taken, { outcome: 'taken' }>;
-        assert.deepEqual(rest, { outcome: 'taken', recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } } });
+        assert.deepEqual(rest, { outcome: 'taken', claimId: record?.claimId, recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } } });
         assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
       });
 

@@ -10,6 +10,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import { problemResponse } from '../../src/http/index.js';
 import { idempotency, type IdempotencyVariables } from '../../src/hono/index.js';
 import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
@@ -35,6 +36,12 @@ export interface PaymentsAppOptions {
 
 type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
 
+/** Largest accepted charge request body, in bytes (a charge is a few hundred). */
+const MAX_BODY_BYTES = 64 * 1024;
+
+/** `created` as Stripe shows it: whole seconds since the epoch, from the database clock. */
+const CREATED = `floor(extract(epoch FROM created_at))::float8 AS created`;
+
 /** Stripe-compatible error members next to the RFC 9457 fields (stripe-node needs `error`). */
 const FORMAT = { stripe: true } as const;
 
@@ -56,6 +63,11 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
 
   app.post(
     '/v1/charges',
+    // Bounded before idem reads the body to fingerprint it: a 413 leaves no trace.
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      onError: () => problem(413, 'too-large', 'Request body too large', `Send at most ${MAX_BODY_BYTES} bytes.`),
+    }),
     idempotency<Queryable>({
       store,
       required: true,
@@ -79,12 +91,12 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
 
       const charge = await idem.phase('charge_created', async (tx) => {
         const id = 'ch_' + randomUUID().replaceAll('-', '');
-        await tx.query(
+        const { rows } = await tx.query(
           `INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer, metadata)
-           VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)`,
+           VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) RETURNING ${CREATED}`,
           [id, tenant, idem.key, req.amount, req.currency, req.customer, JSON.stringify(req.metadata)],
         );
-        return { id, created: Math.floor(Date.now() / 1000) };
+        return { id, created: Number(rows[0]!.created) };
       });
       crash('after_charge_created');
 
@@ -119,13 +131,13 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
 
   app.get('/v1/charges/:id', async (c) => {
     const { rows } = await db.query(
-      `SELECT id, amount::float8 AS amount, currency, customer, status, psp_charge_id, metadata,
-              extract(epoch FROM created_at)::int8::float8 AS created
+      `SELECT id, amount::float8 AS amount, currency, customer, status, psp_charge_id, metadata, ${CREATED}
        FROM charges WHERE id = $1 AND tenant = $2`,
       [c.req.param('id'), c.get('tenant')],
     );
     if (!rows[0]) return problem(404, 'not-found', 'No such charge', `No charge ${c.req.param('id')} for this API key.`, 'id');
-    return c.json({ ...rows[0], object: 'charge' });
+    const { id, ...rest } = rows[0];
+    return c.json({ id, object: 'charge', ...rest });
   });
 
   // The provider's own ledger, open to anyone, so tests and humans can count charges.

@@ -21,8 +21,7 @@ export async function migrateExample(db: SqlClient): Promise<void> {
       metadata       jsonb       NOT NULL DEFAULT '{}'::jsonb,
       status         text        NOT NULL DEFAULT 'pending',
       psp_charge_id  text,
-      created_at     timestamptz NOT NULL DEFAULT now(),
-      UNIQUE (tenant, idempotency_key)
+      created_at     timestamptz NOT NULL DEFAULT now()
     )`);
     await tx.query(`CREATE TABLE IF NOT EXISTS psp_charges (
       id              text        PRIMARY KEY,

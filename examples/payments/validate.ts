@@ -30,7 +30,11 @@ export function parseChargeRequest(contentType: string | null | undefined, body:
       return { ok: false, detail: 'The body is not valid JSON.' };
     }
   } else if (type === 'application/x-www-form-urlencoded') {
-    input = qs.parse(text, { depth: 2, parameterLimit: 100, allowPrototypes: false });
+    try {
+      input = qs.parse(text, { depth: 2, parameterLimit: 100, throwOnLimitExceeded: true, allowPrototypes: false });
+    } catch {
+      return { ok: false, detail: 'Too many form parameters: at most 100.' };
+    }
   } else {
     return { ok: false, detail: 'Send the body as application/json or application/x-www-form-urlencoded.' };
   }
@@ -57,9 +61,15 @@ export function parseChargeRequest(contentType: string | null | undefined, body:
     if (typeof o.metadata !== 'object' || o.metadata === null || Array.isArray(o.metadata)) {
       return { ok: false, param: 'metadata', detail: 'metadata must be an object of string values.' };
     }
-    for (const [k, v] of Object.entries(o.metadata)) {
+    // Stripe's limits: 50 keys, keys up to 40 characters, values up to 500.
+    const entries = Object.entries(o.metadata);
+    if (entries.length > 50) return { ok: false, param: 'metadata', detail: 'metadata may have at most 50 keys.' };
+    for (const [k, v] of entries) {
       if (typeof v !== 'string' && typeof v !== 'number') {
         return { ok: false, param: `metadata[${k}]`, detail: 'metadata values must be strings.' };
+      }
+      if (k.length > 40 || String(v).length > 500) {
+        return { ok: false, param: `metadata[${k}]`, detail: 'metadata keys are at most 40 characters, values at most 500.' };
       }
       metadata[k] = String(v);
     }

@@ -135,7 +135,7 @@ export class IdempotencyEngine<Tx = unknown> {
         });
         if (claim.outcome === 'claimed') {
           this.emit('claimed', scope, key, claim.token);
-          return { kind: 'execute', execution: this.execution(scope, key, claim.token, 'start', {}) };
+          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}) };
         }
         const record = claim.record;
         const decision = decide(record, input.fingerprint);
@@ -155,7 +155,7 @@ export class IdempotencyEngine<Tx = unknown> {
             this.emit('taken-over', scope, key, taken.token);
             return {
               kind: 'execute',
-              execution: this.execution(scope, key, taken.token, taken.recoveryPoint, taken.phaseResults),
+              execution: this.execution(scope, key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults),
             };
           }
         }
@@ -168,11 +168,12 @@ export class IdempotencyEngine<Tx = unknown> {
     }
   }
 
-  private execution(scope: string, key: string, token: number, recoveryPoint: string, results: Record<string, unknown>) {
+  private execution(scope: string, key: string, token: number, claimId: string, recoveryPoint: string, results: Record<string, unknown>) {
     return new Execution<Tx>(
       this.store,
       { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent },
       { scope, key, token },
+      claimId,
       recoveryPoint,
       results,
     );

@@ -60,6 +60,8 @@ export class Execution<Tx = unknown> {
   readonly resumedFrom: string;
   /** Aborted when the lease is lost (another worker took over); its reason is a {@link LeaseLostError}. */
   readonly signal: AbortSignal;
+  /** Identifies this claim of the key (stable across takeovers); part of every derived key. */
+  readonly claimId: string;
 
   private readonly ref: KeyRef;
   private readonly results: PhaseResults;
@@ -73,10 +75,12 @@ export class Execution<Tx = unknown> {
     private readonly store: IdempotencyStore<Tx>,
     private readonly settings: ExecutionSettings,
     ref: KeyRef,
+    claimId: string,
     recoveryPoint: string,
     phaseResults: PhaseResults,
   ) {
     this.ref = { ...ref };
+    this.claimId = claimId;
     this.scope = ref.scope;
     this.key = ref.key;
     this.resumedFrom = recoveryPoint;
@@ -103,11 +107,11 @@ export class Execution<Tx = unknown> {
 
   /**
    * The idempotency key for a downstream call named `name`: stable across retries and
-   * takeovers, unique per scope and key (seed step 4, "`<key>:authorize`").
+   * takeovers, unique per scope, key and claim (seed step 4, "`<key>:authorize`").
    */
   derivedKey(name: string): string {
     checkPhaseName(name);
-    return deriveKey(this.scope, this.key, name);
+    return deriveKey(this.scope, this.key, this.claimId, name);
   }
 
   /** True when the phase `name` has committed (in this or an earlier attempt). */

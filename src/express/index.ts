@@ -6,9 +6,9 @@
  * @example
  * ```ts
  * import { idempotency } from 'idem/express';
- * const idem = idempotency({ store, required: true });
+ * const idem = idempotency<Queryable>({ store, required: true });
  * app.post('/v1/orders', express.json(), idem, async (req, res) => {
- *   const order = await res.locals.idem.phase('order_created', (tx) => insertOrder(tx, req.body));
+ *   const order = await idem.context(res)!.phase('order_created', (tx) => insertOrder(tx, req.body));
  *   res.status(201).json(order);
  * });
  * app.use(idem.onError);
@@ -36,6 +36,8 @@ export interface ExpressIdempotency<Tx = unknown> {
   onError: (error: unknown, req: ReqLike, res: ResLike, next: Next) => Promise<void>;
   /** The core, for direct use. */
   core: HttpIdempotency<Tx>;
+  /** This request's context (typed), `undefined` when the request is unprotected. */
+  context(res: { locals: Record<string, unknown> }): IdempotencyContext<Tx> | undefined;
 }
 
 const PREPARED = Symbol('idem.prepared');
@@ -104,6 +106,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
     await send(res, await prepared.fail(error));
   };
   middleware.core = core;
+  middleware.context = (res) => res.locals.idem as IdempotencyContext<Tx> | undefined;
   return middleware;
 }
 

@@ -80,6 +80,11 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    * @default [400, 401, 403, 422, 429]
    */
   discardStatuses?: number[];
+  /**
+   * `Retry-After` of a 409 "in progress", in seconds, clamped to the lease left (conformance 13).
+   * @default 1
+   */
+  retryAfterS?: number;
   /** Format of idem's own error bodies (Stripe `error` member, docs link). */
   problems?: ProblemFormat;
   /** Called with every error a handler throws (after the client's response is decided). @default console.error */
@@ -123,6 +128,9 @@ export class HttpIdempotency<Tx = unknown> {
     this.capture = (response) => captureResponse(response, keep);
     this.discardStatuses = new Set(options.discardStatuses ?? [400, 401, 403, 422, 429]);
     this.problems = options.problems ?? {};
+    if (options.retryAfterS !== undefined && !(Number.isInteger(options.retryAfterS) && options.retryAfterS >= 1)) {
+      throw new InvalidOptionError('idem: retryAfterS must be a whole number of seconds >= 1');
+    }
     if (![undefined, 400, 409, 422].includes(options.mismatchStatus)) {
       throw new InvalidOptionError('idem: mismatchStatus must be 400, 409 or 422');
     }
@@ -187,7 +195,9 @@ export class HttpIdempotency<Tx = unknown> {
           'This idempotency key was already used with a different request (method, path, query or body). Use a new key for a new request.',
         );
       case 'in-progress': {
-        const seconds = Math.max(1, Math.min(Math.ceil(begun.retryAfterMs / 1000), Math.ceil(this.engine.leaseMs / 1000)));
+        // Suggest a short wait (most work finishes well inside its lease), never past the lease.
+        const leaseLeftS = Math.max(1, Math.ceil(begun.retryAfterMs / 1000));
+        const seconds = Math.min(this.options.retryAfterS ?? 1, leaseLeftS);
         return this.problem(ProblemKind.InProgress, 409, 'A request with this idempotency key is still being processed. Retry later with the same key.', {
           'retry-after': String(seconds),
         });

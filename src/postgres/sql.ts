@@ -17,7 +17,7 @@
  * database clock. The `claimed` half of the claim statement lists the same columns in the
  * same order.
  */
-const ROW = `scope, key, fingerprint, state, recovery_point, phase_results, lock_version::text AS lock_version,
+const ROW = `scope, key, fingerprint, state, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
   (locked_until IS NULL OR locked_until <= now()) AS lease_expired,
   GREATEST(0, EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8 AS lease_remaining_ms,
   response_status, response_headers, response_body, created_at`;
@@ -74,6 +74,9 @@ export function statements(table: string): Statements {
      * - `response_headers jsonb`: the allow-listed response headers, as `[[name, value], ...]`.
      * - `lock_version` draws from a sequence (see `nextToken`), so tokens only ever grow, also
      *   across a delete and a new claim of the same key.
+     * - `claim_id`: identifies one claim of the key, kept across takeovers, new when the key is
+     *   claimed again after a discard or past retention. Derived keys for downstream calls
+     *   include it, so a key reused after retention never gets the old downstream result.
      */
     migrate: [
       `SELECT pg_advisory_xact_lock(hashtext('idem:migrate:' || $1::text))`,
@@ -87,6 +90,7 @@ export function statements(table: string): Statements {
         phase_results    jsonb       NOT NULL DEFAULT '{}'::jsonb,
         locked_until     timestamptz,
         lock_version     bigint      NOT NULL DEFAULT ${nextToken},
+        claim_id         uuid        NOT NULL DEFAULT gen_random_uuid(),
         response_status  int,
         response_headers jsonb,
         response_body    bytea,
@@ -97,9 +101,14 @@ export function statements(table: string): Statements {
       `CREATE INDEX IF NOT EXISTS "${bare}_created_at_idx" ON ${t} (created_at)`,
       // Dropping the table drops its token sequence too.
       `ALTER SEQUENCE ${seq} OWNED BY ${t}.lock_version`,
-      // Upgrade a table created before tokens came from the sequence (DEFAULT 0): move the
-      // sequence above every token in use, then switch the default. Runs only when needed.
+      // Upgrade a table created by an earlier version: add claim_id; and where tokens came
+      // from DEFAULT 0, move the sequence above every token in use, then switch the default.
+      // Each step runs only when needed (no lock taken on an up-to-date table).
       `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '${t.replaceAll("'", "''")}'::regclass
+            AND attname = 'claim_id' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN claim_id uuid NOT NULL DEFAULT gen_random_uuid();
+        END IF;
         IF (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
             JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
             WHERE d.adrelid = '${t.replaceAll("'", "''")}'::regclass AND a.attname = 'lock_version') NOT LIKE 'nextval(%' THEN
@@ -124,11 +133,11 @@ export function statements(table: string): Statements {
         INSERT INTO ${t} (scope, key, fingerprint, locked_until)
         VALUES ($1, $2, $3, now() + $4::int8 * interval '1 millisecond')
         ON CONFLICT (scope, key) DO NOTHING
-        RETURNING lock_version
+        RETURNING lock_version, claim_id
       )
       SELECT 'claimed' AS outcome, NULL::text AS scope, NULL::text AS key, NULL::bytea AS fingerprint,
         NULL::text AS state, NULL::text AS recovery_point, NULL::jsonb AS phase_results,
-        lock_version::text AS lock_version, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
+        lock_version::text AS lock_version, claim_id::text AS claim_id, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
         NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::timestamptz AS created_at,
         NULL::boolean AS retention_expired
       FROM claimed
@@ -160,12 +169,12 @@ export function statements(table: string): Statements {
      */
     replaceExpired: `UPDATE ${t} SET fingerprint = $3, state = 'started', recovery_point = 'start',
         phase_results = '{}'::jsonb, locked_until = now() + $4::int8 * interval '1 millisecond',
-        lock_version = ${nextToken}, response_status = NULL, response_headers = NULL,
+        lock_version = ${nextToken}, claim_id = gen_random_uuid(), response_status = NULL, response_headers = NULL,
         response_body = NULL, created_at = now(), finished_at = NULL
       WHERE scope = $1 AND key = $2 AND lock_version = $6
         AND created_at <= now() - $5::int8 * interval '1 millisecond'
         AND (locked_until IS NULL OR locked_until <= now())
-      RETURNING lock_version::text AS lock_version`,
+      RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id`,
 
     /**
      * Take over an expired lease (seed statement 3), only if nobody else did in between: the
@@ -175,7 +184,7 @@ export function statements(table: string): Statements {
     takeOver: `UPDATE ${t} SET locked_until = now() + $4::int8 * interval '1 millisecond', lock_version = ${nextToken}
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
         AND (locked_until IS NULL OR locked_until <= now())
-      RETURNING lock_version::text AS lock_version, recovery_point, phase_results`,
+      RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id, recovery_point, phase_results`,
 
     /**
      * An atomic phase's recovery point and result (seed statement 4), in the same transaction

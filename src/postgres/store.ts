@@ -87,7 +87,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
         input.retentionMs,
       ]);
       let row = rows[0];
-      if (row?.outcome === 'claimed') return { outcome: 'claimed', token: Number(row.lock_version) };
+      if (row?.outcome === 'claimed') return { outcome: 'claimed', token: Number(row.lock_version), claimId: String(row.claim_id) };
       if (!row) {
         // Lost the race to a concurrent claim committed after our snapshot: read it fresh.
         row = (await this.db.query(this.sql.readForUpdate, [input.scope, input.key, input.retentionMs])).rows[0];
@@ -105,7 +105,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
           row.lock_version,
         ]);
         const won = replaced.rows[0];
-        if (won) return { outcome: 'claimed', token: Number(won.lock_version) };
+        if (won) return { outcome: 'claimed', token: Number(won.lock_version), claimId: String(won.claim_id) };
         continue;
       }
       return { outcome: 'exists', record: toRecord(row) };
@@ -120,6 +120,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return {
       outcome: 'taken',
       token: Number(row.lock_version),
+      claimId: String(row.claim_id),
       recoveryPoint: String(row.recovery_point),
       phaseResults: (row.phase_results ?? {}) as PhaseResults,
     };
@@ -231,6 +232,7 @@ function toRecord(row: Record<string, unknown>): KeyRecord {
     recoveryPoint: String(row.recovery_point),
     phaseResults: (row.phase_results ?? {}) as PhaseResults,
     token: Number(row.lock_version),
+    claimId: String(row.claim_id),
     leaseExpired: row.lease_expired === true,
     leaseRemainingMs: Number(row.lease_remaining_ms ?? 0),
     createdAt: row.created_at instanceof Date ? row.created_at : new Date(String(row.created_at)),

@@ -33,6 +33,8 @@ export interface KeyRecord {
   phaseResults: PhaseResults;
   /** The current fencing token. */
   token: number;
+  /** Identifies this claim of the key: kept across takeovers, new after a discard or retention. */
+  claimId: string;
   /** True when the lease is NULL or in the past, by the database clock. */
   leaseExpired: boolean;
   /** Milliseconds left on the lease by the database clock; 0 when expired. */
@@ -55,12 +57,12 @@ export interface ClaimInput {
 
 /** Outcome of a claim: this worker owns the key, or the key already exists. */
 export type ClaimResult =
-  | { outcome: 'claimed'; token: number }
+  | { outcome: 'claimed'; token: number; claimId: string }
   | { outcome: 'exists'; record: KeyRecord };
 
 /** Outcome of a takeover attempt. */
 export type TakeOverResult =
-  | { outcome: 'taken'; token: number; recoveryPoint: string; phaseResults: PhaseResults }
+  | { outcome: 'taken'; token: number; claimId: string; recoveryPoint: string; phaseResults: PhaseResults }
   /** Someone else took over, the lease was renewed, the key finished, or it is gone: read again. */
   | { outcome: 'lost' };
 
