@@ -3,6 +3,7 @@
  * PostgreSQL when DATABASE_URL is set (as .ci/run does). Each test gets its own table so
  * test files can run in parallel against one PostgreSQL.
  */
+import { after, before } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
@@ -53,5 +54,25 @@ export async function freshStore(client: SqlClient, table = tableName()) {
       await db.query(`DROP TABLE IF EXISTS "${table}"`);
       await db.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
     },
+  };
+}
+
+/**
+ * Call inside a `describe`: opens the engine's client before its tests and, after them, runs
+ * the registered cleanups (last registered first, errors ignored) and closes the client.
+ */
+export function useEngine(engine: TestEngine): { client(): SqlClient; cleanup(fn: () => Promise<void>): void } {
+  let db: { client: SqlClient; close(): Promise<void> } | undefined;
+  const cleanups: Array<() => Promise<void>> = [];
+  before(async () => {
+    db = await engine.open();
+  });
+  after(async () => {
+    for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
+    await db?.close();
+  });
+  return {
+    client: () => db!.client,
+    cleanup: (fn) => void cleanups.push(fn),
   };
 }

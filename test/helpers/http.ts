@@ -116,3 +116,27 @@ export const INVALID_KEYS: Array<[string, string]> = [
   ['a malformed sf-string (trailing characters)', '"abc"def'],
   ['an sf-string with parameters', '"abc";v=1'],
 ];
+
+/** What a test sends: a method (POST by default), a key, and a JSON or raw body. */
+export interface Send {
+  method?: string;
+  key?: string;
+  json?: unknown;
+  body?: string | Uint8Array;
+  headers?: Record<string, string>;
+}
+
+/** The fetch init for a {@link Send}: `json` sets the body and `content-type: application/json`. */
+export function requestInit(send: Send = {}): RequestInit {
+  const headers = new Headers(send.headers);
+  if (send.key !== undefined) headers.set('Idempotency-Key', send.key);
+  let body: string | Uint8Array | undefined = send.body;
+  if (send.json !== undefined) {
+    body = JSON.stringify(send.json);
+    headers.set('content-type', 'application/json');
+  }
+  return { method: send.method ?? 'POST', headers, body: body ?? null };
+}
+
+/** The whole body of a response, as bytes. */
+export const bytes = async (response: Response): Promise<Uint8Array> => new Uint8Array(await response.arrayBuffer());
