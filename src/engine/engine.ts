@@ -3,7 +3,7 @@ import { decide } from '../core/decide.js';
 import { IdemError, InvalidOptionError, InvalidScopeError, StoreUnavailableError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import type { IdempotencyStore, KeyRecord, StoredResponse } from '../store/types.js';
-import { Execution, type IdemEvent } from './execution.js';
+import { Execution, type IdemEvent, notify } from './execution.js';
 
 /** Options of {@link IdempotencyEngine}. */
 export interface EngineOptions<Tx = unknown> {
@@ -180,12 +180,7 @@ export class IdempotencyEngine<Tx = unknown> {
   }
 
   private emit(type: IdemEvent['type'], scope: string, key: string, token?: number): void {
-    if (!this.onEvent) return;
-    try {
-      this.onEvent(token === undefined ? { type, scope, key } : { type, scope, key, token });
-    } catch {
-      // Observers must not change outcomes.
-    }
+    notify(this.onEvent, token === undefined ? { type, scope, key } : { type, scope, key, token });
   }
 }
 

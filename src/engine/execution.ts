@@ -299,11 +299,17 @@ export class Execution<Tx = unknown> {
   private emit(type: IdemEvent['type'], phase?: string): void {
     const event: IdemEvent = { type, scope: this.scope, key: this.key, token: this.ref.token };
     if (phase !== undefined) event.phase = phase;
-    try {
-      this.settings.onEvent?.(event);
-    } catch {
-      // An observer's failure must not change the outcome of the work.
-    }
+    notify(this.settings.onEvent, event);
+  }
+}
+
+/** Delivers an event to an observer; an observer's failure never changes the outcome of the work. */
+export function notify(onEvent: ((event: IdemEvent) => void) | undefined, event: IdemEvent): void {
+  if (!onEvent) return;
+  try {
+    onEvent(event);
+  } catch {
+    // Swallowed on purpose: observers are for logs and metrics.
   }
 }
 

@@ -17,6 +17,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
+import { bodyResponse } from '../http/response.js';
 
 /** The slice of an Express request used here. */
 interface ReqLike extends IncomingMessage {
@@ -60,11 +61,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
       if (!core.protects(req.method ?? 'GET')) return next();
       const parsedObject = req.body !== undefined && req.body !== null && typeof req.body === 'object' && !(req.body instanceof Uint8Array);
       const body = await bodyBytes(req);
-      const headers = new Headers();
-      for (const [name, value] of Object.entries(req.headers)) {
-        if (Array.isArray(value)) for (const v of value) headers.append(name, v);
-        else if (value !== undefined) headers.set(name, value);
-      }
+      const headers = toHeaders(req.headers);
       if (parsedObject) headers.set('content-type', 'application/json');
       const prepared = await core.prepare({
         method: req.method ?? 'GET',
@@ -165,14 +162,7 @@ function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>,
     restore(res);
     // The response is decided: an error thrown after this point is not this request's outcome.
     delete (req as unknown as Record<symbol, unknown>)[PREPARED];
-    const headers = new Headers();
-    for (const [name, value] of Object.entries(res.getHeaders())) {
-      if (Array.isArray(value)) for (const v of value) headers.append(name, String(v));
-      else if (value !== undefined) headers.set(name, String(value));
-    }
-    const status = res.statusCode;
-    const body = Buffer.concat(chunks);
-    const response = new Response([101, 103, 204, 205, 304].includes(status) ? null : body, { status, headers });
+    const response = bodyResponse(res.statusCode, Buffer.concat(chunks), { headers: toHeaders(res.getHeaders()) });
     (req as unknown as Record<symbol, unknown>)[SENDING] = prepared
       .complete(response)
       .then(
@@ -194,6 +184,16 @@ function restore(res: ResLike): void {
   (res as ServerResponse).end = original.end;
   (res as ServerResponse).writeHead = original.writeHead;
   delete (res as unknown as Record<symbol, unknown>)[ORIGINAL];
+}
+
+/** Node's header object (request or response; repeated names as arrays) as fetch `Headers`. */
+function toHeaders(source: Record<string, string | string[] | number | undefined>): Headers {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(source)) {
+    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
+    else if (value !== undefined) headers.set(name, String(value));
+  }
+  return headers;
 }
 
 /** Resolves once the response has been handed to the OS, or its connection closed. */

@@ -5,6 +5,14 @@ import type { StoredResponse } from '../store/types.js';
 const NULL_BODY = new Set([101, 103, 204, 205, 304]);
 
 /**
+ * A web Response from a status and body bytes, with `null` for statuses that must not carry
+ * a body (the Response constructor throws on a body there, even an empty one).
+ */
+export function bodyResponse(status: number, body: Uint8Array, init: ResponseInit = {}): Response {
+  return new Response(NULL_BODY.has(status) ? null : body, { ...init, status });
+}
+
+/**
  * Builds the normalised list of response headers to store: lower-case names on the
  * allow-list, never any of {@link NEVER_REPLAYED_HEADERS} (Set-Cookie, Authorization, …).
  */
@@ -29,11 +37,7 @@ export async function captureResponse(
   response.headers.forEach((value, name) => {
     if (keepHeader(name)) headers.push([name.toLowerCase(), value]);
   });
-  const copy = new Response(NULL_BODY.has(response.status) ? null : body, {
-    status: response.status,
-    statusText: response.statusText,
-    headers: response.headers,
-  });
+  const copy = bodyResponse(response.status, body, { statusText: response.statusText, headers: response.headers });
   return { stored: { status: response.status, headers, body }, response: copy };
 }
 
@@ -45,5 +49,5 @@ export function replayResponse(stored: StoredResponse): Response {
   const headers = new Headers();
   for (const [name, value] of stored.headers) headers.append(name, value);
   headers.set(REPLAYED_HEADER, 'true');
-  return new Response(NULL_BODY.has(stored.status) ? null : stored.body, { status: stored.status, headers });
+  return bodyResponse(stored.status, stored.body, { headers });
 }
