@@ -1,0 +1,438 @@
+/**
+ * `IdempotentClient`: one idempotency key per user intent, minted and persisted before the
+ * first attempt, then the same key and the same body bytes on every attempt, also after an app
+ * restart (seed step 1 and its pitfalls "new key per retry" and "app restart"; conformance 21-22).
+ * Browser-safe: no `node:` imports. The Node file store is in `idem/client/node`.
+ */
+import {
+  GaveUpError,
+  HorizonExceedsRetentionError,
+  InvalidClientOptionError,
+  UnknownIntentError,
+} from './errors.js';
+import { base64ToBytes, bytesToBase64, CREDENTIAL_HEADERS, type IntentRecord, type IntentStore } from './intent.js';
+import { MemoryIntentStore } from './memory-store.js';
+import { classifyStatus, fullJitterDelayMs, parseRetryAfterMs } from './retry-policy.js';
+
+/** A `fetch` Response plus what the client knows about it. */
+export type IdempotentResponse = Response & {
+  /** True when the server said `Idempotent-Replayed: true`: the stored outcome of an earlier attempt. */
+  readonly replayed: boolean;
+  /** The intent's idempotency key; `null` for a request the client passed through without one. */
+  readonly idempotencyKey: string | null;
+  /** Attempts made for this intent over its whole life (also before a restart). */
+  readonly attempts: number;
+};
+
+/** Passed to `onRetry` before the client waits and sends the intent again. */
+export interface RetryEvent {
+  key: string;
+  /** The attempt that just failed, 1-based, counted over the intent's life. */
+  attempt: number;
+  /** The wait before the next attempt, in ms (full jitter, at least what `Retry-After` asked). */
+  delayMs: number;
+  /** The status of a retryable response (409, 429, 5xx), when there was one. */
+  status?: number;
+  /** The network error or timeout (`TimeoutError` DOMException), when there was no response. */
+  error?: unknown;
+  /** The wait the server's `Retry-After` asked for, in ms, when it sent one. */
+  retryAfterMs?: number;
+}
+
+/** Passed to `onGiveUp` when the horizon ran out before a final response. */
+export interface GiveUpEvent {
+  key: string;
+  attempts: number;
+  reason: 'attempts' | 'elapsed';
+  /** The last retryable status, when the last attempt got a response. */
+  status?: number;
+  /** The last network error or timeout, when it did not. */
+  error?: unknown;
+  /** The intent as it was when the client gave up (its record is then deleted). */
+  intent: IntentRecord;
+}
+
+/** One intent handled by `resumePending()`. */
+export type ResumeResult =
+  | { key: string; ok: true; response: IdempotentResponse }
+  | { key: string; ok: false; error: unknown };
+
+export interface IdempotentClientOptions {
+  /** Where intents are persisted. @default new MemoryIntentStore() (nothing survives a restart) */
+  store?: IntentStore;
+  /** The `fetch` to call. @default globalThis.fetch */
+  fetch?: typeof fetch;
+  /**
+   * The server's declared retention of idempotency keys, in ms (idem's `retentionMs`; Stripe:
+   * 24 h). The constructor throws `HorizonExceedsRetentionError` unless
+   * `maxElapsedMs + attemptTimeoutMs < serverRetentionMs`. @default 86_400_000 (24 h)
+   */
+  serverRetentionMs?: number;
+  /** Attempts per intent over its whole life, also across restarts. @default 10 */
+  maxAttempts?: number;
+  /**
+   * No attempt starts later than this many ms after the intent was created (its key minted),
+   * also across restarts. @default 3_600_000 (1 h)
+   */
+  maxElapsedMs?: number;
+  /** Each attempt is aborted after this many ms (headers and body); a timeout is retried. @default 30_000 */
+  attemptTimeoutMs?: number;
+  /** Backoff base in ms: the n-th retry waits a uniform random time below `min(maxDelayMs, baseDelayMs × 2^(n-1))`. @default 250 */
+  baseDelayMs?: number;
+  /** Backoff cap in ms (a longer `Retry-After` still wins). @default 30_000 */
+  maxDelayMs?: number;
+  /** Methods that get an intent (a key, persistence, retries). Others pass through to `fetch` once. @default ['POST', 'PATCH'] */
+  methods?: string[];
+  /** @default 'Idempotency-Key' (sent as a bare token, as Stripe's SDKs do; idem also accepts it) */
+  keyHeader?: string;
+  /** Mints a key once per intent, never per attempt. @default () => crypto.randomUUID() (UUID v4) */
+  generateKey?: () => string;
+  /**
+   * Headers added to every attempt and never persisted: put credentials here
+   * (`{ authorization: 'Bearer …' }` or a function returning the current ones), so a resumed
+   * intent carries them without writing them to disk. Note that idem's default scope is a hash
+   * of `Authorization`: a resumed intent must send the same credential to get its replay.
+   */
+  headers?: HeadersLike | (() => HeadersLike | Promise<HeadersLike>);
+  /**
+   * Persist `Authorization`, `Cookie` and `Proxy-Authorization` with the intent. Off by default:
+   * intent stores are plain files / browser storage. @default false
+   */
+  persistCredentials?: boolean;
+  /** Called before each wait between two attempts. Errors it throws are ignored. */
+  onRetry?: (event: RetryEvent) => void;
+  /** Called when the horizon runs out before a final response. Errors it throws are ignored. */
+  onGiveUp?: (event: GiveUpEvent) => void;
+  /** Random source in [0, 1) for the jitter. @default Math.random */
+  random?: () => number;
+}
+
+/** What `new Headers(...)` takes: a record, an array of pairs or a `Headers` (the DOM's `HeadersInit`). */
+export type HeadersLike = ConstructorParameters<typeof Headers>[0];
+
+/** Statuses whose Response may not carry a body (Fetch standard, "null body status"). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+type Outcome = { response: Response } | { error: unknown };
+
+/**
+ * A `fetch`-compatible client that makes POST/PATCH safe to retry.
+ *
+ * For each intent it mints one idempotency key (outside any retry loop), persists
+ * `{key, method, url, headers, body bytes, createdAt, attempts, state}` in the `store` **before**
+ * the first attempt, and sends identical bytes with that key on every attempt. It retries network
+ * errors, timeouts (`attemptTimeoutMs`), 409, 429 and 5xx with exponential backoff and full
+ * jitter, waiting at least what `Retry-After` asks (delta-seconds or HTTP-date); it never retries
+ * 400, 422 or any other 4xx, nor a replay, nor a request without a key. It stops at the horizon
+ * (`maxAttempts`, `maxElapsedMs` from creation), which must stay shorter than the server's
+ * retention.
+ *
+ * Pruning rule: when an intent finishes (a final response, or the client gives up) its record is
+ * first marked `done` / `gave-up`, then deleted. A crash between the two writes leaves a finished
+ * record, which the next `resumePending()` deletes without sending it.
+ *
+ * @example
+ * const client = new IdempotentClient({ store: new FileIntentStore({ dir: '.intents' }),
+ *   headers: () => ({ authorization: `Bearer ${token}` }) });
+ * await client.resumePending();              // at start-up: finish what a crash interrupted
+ * const res = await client.fetch('https://api.example.com/v1/charges', {
+ *   method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(charge) });
+ * res.status; res.replayed; res.idempotencyKey;
+ */
+export class IdempotentClient {
+  readonly store: IntentStore;
+  readonly #fetch: typeof fetch;
+  readonly #o: Required<Pick<IdempotentClientOptions, 'maxAttempts' | 'maxElapsedMs' | 'attemptTimeoutMs' | 'baseDelayMs' | 'maxDelayMs' | 'keyHeader' | 'generateKey' | 'persistCredentials' | 'random'>>;
+  readonly #methods: Set<string>;
+  readonly #headers: IdempotentClientOptions['headers'];
+  readonly #onRetry: IdempotentClientOptions['onRetry'];
+  readonly #onGiveUp: IdempotentClientOptions['onGiveUp'];
+  /** Keys this client is sending right now: `resumePending()` leaves them alone. */
+  readonly #inFlight = new Set<string>();
+
+  /**
+   * @throws InvalidClientOptionError for an option out of range
+   * @throws HorizonExceedsRetentionError when `maxElapsedMs + attemptTimeoutMs >= serverRetentionMs`
+   */
+  constructor(options: IdempotentClientOptions = {}) {
+    const o = {
+      maxAttempts: options.maxAttempts ?? 10,
+      maxElapsedMs: options.maxElapsedMs ?? 3_600_000,
+      attemptTimeoutMs: options.attemptTimeoutMs ?? 30_000,
+      baseDelayMs: options.baseDelayMs ?? 250,
+      maxDelayMs: options.maxDelayMs ?? 30_000,
+      keyHeader: options.keyHeader ?? 'Idempotency-Key',
+      generateKey: options.generateKey ?? (() => crypto.randomUUID()),
+      persistCredentials: options.persistCredentials ?? false,
+      random: options.random ?? Math.random,
+    };
+    const serverRetentionMs = options.serverRetentionMs ?? 86_400_000;
+    if (!Number.isInteger(o.maxAttempts) || o.maxAttempts < 1) throw new InvalidClientOptionError(`maxAttempts must be an integer >= 1, got ${o.maxAttempts}`);
+    for (const name of ['maxElapsedMs', 'attemptTimeoutMs', 'baseDelayMs', 'maxDelayMs'] as const) {
+      if (!Number.isFinite(o[name]) || o[name] < 0) throw new InvalidClientOptionError(`${name} must be a finite number of ms >= 0, got ${o[name]}`);
+    }
+    if (o.attemptTimeoutMs <= 0) throw new InvalidClientOptionError(`attemptTimeoutMs must be > 0, got ${o.attemptTimeoutMs}`);
+    if (!(serverRetentionMs > 0)) throw new InvalidClientOptionError(`serverRetentionMs must be > 0, got ${serverRetentionMs}`);
+    if (o.maxElapsedMs + o.attemptTimeoutMs >= serverRetentionMs) {
+      throw new HorizonExceedsRetentionError(o.maxElapsedMs + o.attemptTimeoutMs, serverRetentionMs);
+    }
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(o.keyHeader)) throw new InvalidClientOptionError(`keyHeader is not a header name: ${o.keyHeader}`);
+    const fetchImpl = options.fetch ?? globalThis.fetch;
+    if (typeof fetchImpl !== 'function') throw new InvalidClientOptionError('no fetch in this runtime: pass options.fetch');
+    this.#o = o;
+    this.#fetch = fetchImpl;
+    this.store = options.store ?? new MemoryIntentStore();
+    this.#methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
+    this.#headers = options.headers;
+    this.#onRetry = options.onRetry;
+    this.#onGiveUp = options.onGiveUp;
+  }
+
+  /**
+   * `fetch` with idempotency: for a method in `methods`, `createIntent` then `send`; any other
+   * method is passed to `fetch` once, without a key and without retries. `init.signal` aborts
+   * the whole intent (the record stays pending, for `resumePending()` or `discard()`).
+   *
+   * @returns the final response (fully read, so a reset mid-body is retried, not returned), or
+   *   the last retryable response (409/429/5xx) when the horizon ran out
+   * @throws GaveUpError when the horizon ran out and the last attempt got no response
+   * @throws the signal's reason when `init.signal` aborts
+   */
+  async fetch(input: string | URL | Request, init?: RequestInit): Promise<IdempotentResponse> {
+    const method = (init?.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase();
+    if (!this.#methods.has(method)) {
+      const response = await this.#fetch(input, init);
+      return decorate(response, null, 1);
+    }
+    const intent = await this.createIntent(input, init);
+    return this.send(intent.key, { signal: init?.signal ?? undefined });
+  }
+
+  /**
+   * Mints the key (or takes the caller's, when the request already carries `keyHeader`), reads
+   * the body bytes once and persists the intent; resolves once the store has it. Send it with
+   * `send(intent.key)`.
+   *
+   * @throws TypeError when the method is not one of `methods`, or `fetch`'s own TypeErrors (bad URL)
+   */
+  async createIntent(input: string | URL | Request, init?: RequestInit): Promise<IntentRecord> {
+    const request = new Request(input, init);
+    const method = request.method.toUpperCase();
+    if (!this.#methods.has(method)) throw new TypeError(`${method} does not take an idempotency key here (methods: ${[...this.#methods].join(', ')})`);
+    const body = request.body ? new Uint8Array(await request.arrayBuffer()) : null;
+    // Minted here, once per intent, and never again: every attempt and every resume reads it
+    // back from the record.
+    const key = request.headers.get(this.#o.keyHeader) ?? this.#o.generateKey();
+    const headers: Array<[string, string]> = [];
+    request.headers.forEach((value, name) => {
+      if (name === this.#o.keyHeader.toLowerCase()) return;
+      if (CREDENTIAL_HEADERS.has(name) && !this.#o.persistCredentials) return;
+      headers.push([name, value]);
+    });
+    const now = Date.now();
+    const intent: IntentRecord = {
+      key,
+      method,
+      url: request.url,
+      headers,
+      body: body && bytesToBase64(body),
+      createdAt: now,
+      attempts: 0,
+      state: 'pending',
+      updatedAt: now,
+    };
+    await this.store.put(intent);
+    return intent;
+  }
+
+  /**
+   * Sends the persisted intent `key` until a final response, retrying with the same key and
+   * bytes; see the class description for what is retried.
+   *
+   * @throws UnknownIntentError when the store has no such intent
+   * @throws GaveUpError, or the signal's reason, as `fetch`
+   */
+  async send(key: string, options: { signal?: AbortSignal } = {}): Promise<IdempotentResponse> {
+    if (this.#inFlight.has(key)) throw new TypeError(`intent ${key} is already being sent by this client`);
+    this.#inFlight.add(key);
+    try {
+      const intent = await this.store.get(key);
+      if (!intent) throw new UnknownIntentError(key);
+      return await this.#run(intent, options.signal);
+    } finally {
+      this.#inFlight.delete(key);
+    }
+  }
+
+  /**
+   * Re-sends every persisted unfinished intent with its original key and body, one after the
+   * other, e.g. at app start-up after a crash or a closed tab. Intents past the horizon are given
+   * up (`onGiveUp`) without being sent; finished records left by a crash are deleted. Intents
+   * this client is sending right now are skipped. Two processes resuming one intent at once are
+   * safe: the server answers one of them 409 (retried) and replays the result to it.
+   *
+   * @returns one result per intent handled, in no particular order; never throws for one intent
+   */
+  async resumePending(options: { signal?: AbortSignal } = {}): Promise<ResumeResult[]> {
+    const results: ResumeResult[] = [];
+    for (const intent of await this.store.list()) {
+      options.signal?.throwIfAborted();
+      if (intent.state !== 'pending') {
+        await this.store.delete(intent.key);
+        continue;
+      }
+      if (this.#inFlight.has(intent.key)) continue;
+      try {
+        results.push({ key: intent.key, ok: true, response: await this.send(intent.key, options) });
+      } catch (error) {
+        if (options.signal?.aborted) throw error;
+        results.push({ key: intent.key, ok: false, error });
+      }
+    }
+    return results;
+  }
+
+  /** Drops a persisted intent without sending it again (the server may have run it already). */
+  async discard(key: string): Promise<void> {
+    await this.store.delete(key);
+  }
+
+  /** The attempt loop. The key is read from the record: nothing in here mints one. */
+  async #run(intent: IntentRecord, signal: AbortSignal | undefined): Promise<IdempotentResponse> {
+    const body = intent.body === null ? null : base64ToBytes(intent.body);
+    let last: Outcome | undefined;
+    for (;;) {
+      signal?.throwIfAborted();
+      const exhausted = this.#exhausted(intent, 0);
+      if (exhausted) return this.#giveUp(intent, exhausted, last);
+
+      intent.attempts += 1;
+      intent.updatedAt = Date.now();
+      await this.store.put(intent); // counted before it is sent: a crash mid-attempt still counts
+      last = await this.#attempt(intent, body, signal);
+
+      let status: number | undefined;
+      let retryAfterMs: number | undefined;
+      if ('response' in last) {
+        const { response } = last;
+        status = response.status;
+        if (classifyStatus(status, isReplay(response)) === 'final') {
+          await this.#finish(intent, 'done', status);
+          return decorate(response, intent.key, intent.attempts);
+        }
+        retryAfterMs = parseRetryAfterMs(response.headers.get('retry-after'), Date.now());
+      }
+      const backoffMs = fullJitterDelayMs(intent.attempts, this.#o.baseDelayMs, this.#o.maxDelayMs, this.#o.random);
+      const delayMs = Math.max(backoffMs, retryAfterMs ?? 0);
+      // No point waiting for an attempt the horizon will not allow.
+      const exhaustedAfterWait = this.#exhausted(intent, delayMs);
+      if (exhaustedAfterWait) return this.#giveUp(intent, exhaustedAfterWait, last);
+
+      notify(this.#onRetry, {
+        key: intent.key,
+        attempt: intent.attempts,
+        delayMs,
+        ...(status === undefined ? { error: 'error' in last ? last.error : undefined } : { status }),
+        ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
+      });
+      await sleep(delayMs, signal);
+    }
+  }
+
+  /** Which horizon would stop an attempt started `waitMs` from now, if any. */
+  #exhausted(intent: IntentRecord, waitMs: number): 'attempts' | 'elapsed' | undefined {
+    if (intent.attempts >= this.#o.maxAttempts) return 'attempts';
+    if (Date.now() + waitMs - intent.createdAt >= this.#o.maxElapsedMs) return 'elapsed';
+    return undefined;
+  }
+
+  /** One attempt: the same key and bytes, the per-attempt timeout, the whole body read. */
+  async #attempt(intent: IntentRecord, body: Uint8Array | null, signal: AbortSignal | undefined): Promise<Outcome> {
+    const timeout = AbortSignal.timeout(this.#o.attemptTimeoutMs);
+    const headers = new Headers(intent.headers);
+    const extra = typeof this.#headers === 'function' ? await this.#headers() : this.#headers;
+    if (extra) new Headers(extra).forEach((value, name) => headers.set(name, value));
+    headers.set(this.#o.keyHeader, intent.key);
+    try {
+      const response = await this.#fetch(intent.url, {
+        method: intent.method,
+        headers,
+        body,
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+      // Read the whole body inside the attempt: a connection lost mid-body is retried like one
+      // lost before the headers, instead of handing the caller a response it cannot read.
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      return { response: rebuild(response, bytes) };
+    } catch (error) {
+      if (signal?.aborted) throw signal.reason;
+      return { error };
+    }
+  }
+
+  async #finish(intent: IntentRecord, state: 'done' | 'gave-up', finalStatus?: number): Promise<void> {
+    intent.state = state;
+    intent.updatedAt = Date.now();
+    if (finalStatus !== undefined) intent.finalStatus = finalStatus;
+    await this.store.put(intent);
+    await this.store.delete(intent.key);
+  }
+
+  async #giveUp(intent: IntentRecord, reason: 'attempts' | 'elapsed', last: Outcome | undefined): Promise<IdempotentResponse> {
+    await this.#finish(intent, 'gave-up');
+    const lastResponse = last && 'response' in last ? last.response : undefined;
+    notify(this.#onGiveUp, {
+      key: intent.key,
+      attempts: intent.attempts,
+      reason,
+      ...(lastResponse ? { status: lastResponse.status } : last && 'error' in last ? { error: last.error } : {}),
+      intent: structuredClone(intent),
+    });
+    if (lastResponse) return decorate(lastResponse, intent.key, intent.attempts);
+    throw new GaveUpError(intent.key, intent.attempts, reason, last && 'error' in last ? last.error : undefined);
+  }
+}
+
+function isReplay(response: Response): boolean {
+  return response.headers.get('idempotent-replayed')?.trim().toLowerCase() === 'true';
+}
+
+function decorate(response: Response, key: string | null, attempts: number): IdempotentResponse {
+  return Object.defineProperties(response, {
+    replayed: { value: isReplay(response), enumerable: true },
+    idempotencyKey: { value: key, enumerable: true },
+    attempts: { value: attempts, enumerable: true },
+  }) as IdempotentResponse;
+}
+
+/** A fresh Response over bytes already read (status, status text and headers kept). */
+function rebuild(response: Response, bytes: Uint8Array): Response {
+  const body = NULL_BODY_STATUSES.has(response.status) ? null : bytes;
+  return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+}
+
+/** Calls an observer hook; a throwing hook must not break the retry loop. */
+function notify<E>(hook: ((event: E) => void) | undefined, event: E): void {
+  if (!hook) return;
+  try {
+    hook(event);
+  } catch {
+    // Observers only observe.
+  }
+}
+
+/** Waits `ms`, or rejects with the signal's reason as soon as it aborts. */
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
