@@ -180,7 +180,9 @@ export class IdempotentClient {
     const fetchImpl = options.fetch ?? globalThis.fetch;
     if (typeof fetchImpl !== 'function') throw new InvalidClientOptionError('no fetch in this runtime: pass options.fetch');
     this.#o = o;
-    this.#fetch = fetchImpl;
+    // Called as a plain function: a browser's fetch throws "Illegal invocation" when called as a
+    // method of another object.
+    this.#fetch = (input, init) => fetchImpl(input, init);
     this.store = options.store ?? new MemoryIntentStore();
     this.#methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
     this.#headers = options.headers;
