@@ -398,6 +398,14 @@ for (const backend of backends()) {
       assert.equal((await pspCharges(server.url, customer)).length, 1, 'exactly one PSP charge');
     });
 
+    test('the example (examples/client/demo.ts) with a connection drop after every first attempt: one PSP charge per intent', T, async () => {
+      const demo = spawnTs('examples/client/demo.ts', { API_URL: server.url, INTENTS: '3' });
+      const { code } = await demo.exited;
+      assert.equal(code, 0, `the demo failed:\n${demo.output()}`);
+      assert.match(demo.output(), /3 responses dropped after the server committed them/, demo.output());
+      assert.match(demo.output(), /exactly one PSP charge per intent/, demo.output());
+    });
+
     test('422 (same key, different body) and 400 are not retried', T, async () => {
       const customer = `cus_422_${rand()}`;
       const key = `order-${rand()}`;
