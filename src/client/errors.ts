@@ -1,34 +1,18 @@
 /**
- * Errors thrown by `idem/client`. Each has a stable `code` (match on it, never on the message)
+ * Errors thrown by `idem/client`: `IdemError`s (the library's one base class, pure, browser-safe)
+ * with `IDEM_CLIENT_*` codes. Each has a stable `code` (match on it, never on the message)
  * and, where another error caused it, `cause`. A final HTTP response (201, 402, 422, ...) is a
  * result, never an error: only misuse, a horizon that outlives the server's retention, and
  * giving up with no response at all throw.
  */
+import { ErrorCode, IdemError } from '../core/errors.js';
 
-/** Stable error codes of `idem/client`, one per condition. */
-export const ClientErrorCode = {
-  InvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
-  HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',
-  GaveUp: 'IDEM_CLIENT_GAVE_UP',
-  UnknownIntent: 'IDEM_CLIENT_UNKNOWN_INTENT',
-} as const;
-export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
-
-/** Base class of every error `idem/client` throws. */
-export class IdemClientError extends Error {
-  /** Stable machine-readable code, e.g. `IDEM_CLIENT_GAVE_UP`. */
-  readonly code: ClientErrorCode;
-  constructor(code: ClientErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = new.target.name;
-    this.code = code;
-  }
-}
+export { ErrorCode, IdemError };
 
 /** An option is out of range (a negative delay, zero attempts, a non-function hook, ...). */
-export class InvalidClientOptionError extends IdemClientError {
+export class InvalidClientOptionError extends IdemError {
   constructor(message: string) {
-    super(ClientErrorCode.InvalidOption, message);
+    super(ErrorCode.ClientInvalidOption, message);
   }
 }
 
@@ -38,7 +22,7 @@ export class InvalidClientOptionError extends IdemClientError {
  * it forgot the key and run the work a second time (seed, pitfall "retention shorter than the
  * client's retry horizon"). Thrown by the `IdempotentClient` constructor.
  */
-export class HorizonExceedsRetentionError extends IdemClientError {
+export class HorizonExceedsRetentionError extends IdemError {
   constructor(
     /** `maxElapsedMs + attemptTimeoutMs`, in ms. */
     readonly horizonMs: number,
@@ -46,7 +30,7 @@ export class HorizonExceedsRetentionError extends IdemClientError {
     readonly serverRetentionMs: number,
   ) {
     super(
-      ClientErrorCode.HorizonExceedsRetention,
+      ErrorCode.HorizonExceedsRetention,
       `retry horizon ${horizonMs} ms (maxElapsedMs + attemptTimeoutMs) must be shorter than the server's retention ${serverRetentionMs} ms`,
     );
   }
@@ -59,7 +43,7 @@ export class HorizonExceedsRetentionError extends IdemClientError {
  * attempt's error. (When the last attempt did get a response, e.g. a 503, the client returns that
  * response instead of throwing, as `fetch` would.)
  */
-export class GaveUpError extends IdemClientError {
+export class GaveUpError extends IdemError {
   constructor(
     /** The intent's idempotency key. */
     readonly key: string,
@@ -69,13 +53,13 @@ export class GaveUpError extends IdemClientError {
     readonly reason: 'attempts' | 'elapsed',
     cause: unknown,
   ) {
-    super(ClientErrorCode.GaveUp, `gave up on idempotency key ${key} after ${attempts} attempts (${reason} horizon reached)`, { cause });
+    super(ErrorCode.GaveUp, `gave up on idempotency key ${key} after ${attempts} attempts (${reason} horizon reached)`, { cause });
   }
 }
 
 /** `send(key)` or `discard(key)` named a key the intent store does not hold. */
-export class UnknownIntentError extends IdemClientError {
+export class UnknownIntentError extends IdemError {
   constructor(readonly key: string) {
-    super(ClientErrorCode.UnknownIntent, `no persisted intent with idempotency key ${key}`);
+    super(ErrorCode.UnknownIntent, `no persisted intent with idempotency key ${key}`);
   }
 }

@@ -14,6 +14,11 @@ export const ErrorCode = {
   LeaseLost: 'IDEM_LEASE_LOST',
   StoreUnavailable: 'IDEM_STORE_UNAVAILABLE',
   ExecutionClosed: 'IDEM_EXECUTION_CLOSED',
+  // idem/client (src/client/errors.ts)
+  ClientInvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
+  HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',
+  GaveUp: 'IDEM_CLIENT_GAVE_UP',
+  UnknownIntent: 'IDEM_CLIENT_UNKNOWN_INTENT',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
