@@ -67,7 +67,7 @@ describe('idem/client in headless chromium', { skip }, () => {
         ]);
         server = started;
         context = launched;
-      }, { timeout: 90_000 });
+      }, { timeout: 150_000 });
       after(async () => {
         await context?.close();
         await server?.stop();

@@ -297,7 +297,7 @@ for (const backend of backends()) {
     before(async () => {
       // PSP latency 1500 ms: long enough to find a first request still in flight (409).
       server = await startPaymentsServer({ ...(await backend.create()), PSP_LATENCY_MS: '1500' });
-    }, { timeout: 90_000 });
+    }, { timeout: 150_000 });
     after(async () => {
       await server?.stop();
       await backend.drop();

@@ -101,7 +101,7 @@ export interface PaymentsServer {
 /** Starts `examples/payments/server.ts` on port 0 with `env` (IDEM_DATA_DIR or DATABASE_URL, PSP_LATENCY_MS ...). */
 export async function startPaymentsServer(env: Record<string, string>): Promise<PaymentsServer> {
   const server = spawnTs('examples/payments/server.ts', { PORT: '0', HOST: '127.0.0.1', ...env });
-  const match = await server.waitFor(/listening on (http:\/\/127\.0\.0\.1:\d+)/, 60_000).catch(async (error: unknown) => {
+  const match = await server.waitFor(/listening on (http:\/\/127\.0\.0\.1:\d+)/, 120_000).catch(async (error: unknown) => {
     await server.kill();
     throw error;
   });
