@@ -79,6 +79,9 @@ export function config(argv: string[]): BenchConfig {
       };
   // Overrides for a machine where the full sizes take too long (the report states the sizes used).
   if (flag('memory-keys')) chosen.memoryKeys = Number(flag('memory-keys'));
+  if (flag('case-ms')) chosen.caseMs = Number(flag('case-ms'));
+  if (flag('rounds')) chosen.rounds = Number(flag('rounds'));
+  if (flag('concurrencies')) chosen.concurrencies = flag('concurrencies')!.split(',').map(Number);
   if (flag('growth-rows')) chosen.growthRows = flag('growth-rows')!.split(',').map(Number);
   return chosen;
 }
