@@ -111,6 +111,7 @@ export async function postgresLibrary(cfg: BenchConfig, log: (line: string) => v
   const rawTable = uniqueTable('lib_raw');
   const pgbTable = uniqueTable('lib_pgb');
   const rows: Row[] = [];
+  const pgbenchErrors: string[] = [];
   const bin = await pgbenchPath();
   try {
     for (const t of [idemTable, rawTable, pgbTable]) {
@@ -167,12 +168,14 @@ export async function postgresLibrary(cfg: BenchConfig, log: (line: string) => v
         ].join('\n');
         log(`  pgbench c=${concurrency}`);
         try {
-          // 64 clients take a second or more to connect on a busy machine; the run must outlast that.
-          const seconds = Math.max(cfg.pgbenchS, Math.ceil(concurrency / 16));
+          // pgbench's -T includes connecting its clients, which took 3.5 s for 64 clients on a
+          // busy 2-core machine; a run that ends before they connect prints no tps.
+          const seconds = cfg.pgbenchS + Math.ceil(concurrency / 8);
           rows.at(-1)!.pgbenchNew = (await pgbench(bin, cfg.databaseUrl, newScript, concurrency, seconds)).tps;
           rows.at(-1)!.pgbenchRead = (await pgbench(bin, cfg.databaseUrl, readScript, concurrency, seconds)).tps;
         } catch (error) {
-          log(`  pgbench failed: ${(error as Error).message.split('\n')[0]}`);
+          pgbenchErrors.push(`pgbench at concurrency ${concurrency} failed: ${(error as Error).message.split('\n')[0]}`);
+          log(`  ${pgbenchErrors.at(-1)}`);
         }
       }
     }
@@ -200,6 +203,7 @@ export async function postgresLibrary(cfg: BenchConfig, log: (line: string) => v
     markdown:
       table(rows, bin !== undefined) +
       claimNote +
+      pgbenchErrors.map((e) => `\n\n${e}`).join('') +
       (bin ? '' : '\n\npgbench was not found (set PGBENCH=/path/to/pgbench); its columns are n/a.'),
     chart,
     headline: {

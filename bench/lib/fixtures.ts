@@ -82,14 +82,14 @@ export async function pgbench(bin: string, databaseUrl: string, script: string, 
   const file = join(dir, 'script.sql');
   await writeFile(file, script);
   try {
-    const { stdout } = await run(
+    const { stdout, stderr } = await run(
       bin,
       ['-n', '-M', 'prepared', '-c', String(clients), '-j', String(Math.min(clients, 2)), '-T', String(seconds), '-f', file, databaseUrl],
       { maxBuffer: 1 << 24 },
     );
     const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(stdout);
     const latency = /latency average = ([\d.]+) ms/.exec(stdout);
-    if (!tps) throw new Error(`pgbench printed no tps:\n${stdout}`);
+    if (!tps) throw new Error(`pgbench printed no tps: ${stderr.trim().split('\n').at(-1) ?? ''}`);
     return { tps: Number(tps[1]), latencyAvgMs: latency ? Number(latency[1]) : NaN };
   } finally {
     await rm(dir, { recursive: true, force: true });
