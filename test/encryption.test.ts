@@ -134,6 +134,8 @@ for (const engine of engines) {
         return true;
       });
       await assert.rejects(t.engineWith().begin({ scope: 's', key: 'k', fingerprint: fp(1) }), UnknownKeyIdError, 'never ciphertext replayed as plaintext');
+      const mismatch = await other.begin({ scope: 's', key: 'k', fingerprint: fp(2) });
+      assert.equal(mismatch.kind, 'mismatch', 'another request under the key is still a mismatch: nothing is decrypted for it');
     });
 
     it('detects a tampered ciphertext, inline and in the blob, body and headers', async () => {

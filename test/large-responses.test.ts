@@ -170,6 +170,14 @@ for (const engine of engines) {
       await assert.rejects(t.idem.begin({ scope: 's', key: 'k', fingerprint: fp(1) }), ResponseUnreadableError);
     });
 
+    it('answers a mismatch without reading the blob', async () => {
+      const t = await setup({ inlineMaxBytes: 1024 });
+      await t.finishAndReplay('k', binaryBody(5000));
+      await t.sql(`DELETE FROM "${t.table}_blobs"`);
+      const other = await t.idem.begin({ scope: 's', key: 'k', fingerprint: fp(9) });
+      assert.equal(other.kind, 'mismatch', 'another request under the key is a mismatch, whatever its stored body');
+    });
+
     it('discarding a claim and deleting rows never leave blobs (foreign key cascade)', async () => {
       const t = await setup({ inlineMaxBytes: 1024 });
       await t.finishAndReplay('a', binaryBody(5000));

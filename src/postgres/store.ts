@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { aesGcmCipher, type EncryptionOptions, type ResponseCipher, responseAad } from '../core/cipher.js';
 import { DEFAULT_RETENTION_MS, KeyState } from '../core/constants.js';
+import { sameFingerprint } from '../core/fingerprint.js';
 import { InvalidOptionError, ResponseUnreadableError, UnknownKeyIdError } from '../core/errors.js';
 import type {
   ClaimInput,
@@ -162,7 +163,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
         }
         continue;
       }
-      return { outcome: 'exists', record: await this.toRecord(row) };
+      return { outcome: 'exists', record: await this.toRecord(row, input.fingerprint) };
     }
     throw new Error('idem/postgres: claim did not settle after 5 attempts');
   }
@@ -275,13 +276,18 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
 
   /**
    * A row as a record; a finished row's response is read back exactly as it was written (its
-   * blob fetched, its seal opened).
+   * blob fetched, its seal opened). With `requestFingerprint`, a response that will not be
+   * replayed (another request under the key: a mismatch) is left out, neither fetched nor opened.
    * @throws {UnknownKeyIdError} sealed with a key id that is not configured
    * @throws {ResponseUnreadableError} tampered, sealed for another row, or its blob is missing
    */
-  private async toRecord(row: Record<string, unknown>): Promise<KeyRecord> {
+  private async toRecord(row: Record<string, unknown>, requestFingerprint?: Uint8Array): Promise<KeyRecord> {
     const record = toRecord(row);
     if (!record.response) return record;
+    if (requestFingerprint && !sameFingerprint(record.fingerprint, requestFingerprint)) {
+      delete record.response;
+      return record;
+    }
     const keyId = row.response_key_id === null || row.response_key_id === undefined ? undefined : String(row.response_key_id);
     let body: Uint8Array | undefined = record.response.body;
     if (row.response_body_ref) {
