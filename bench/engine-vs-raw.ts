@@ -98,5 +98,5 @@ for (let round = 0; round < 2; round++) {
 }
 console.log(`ratio new request idem/raw: ${(results.idemNew / results.rawNew).toFixed(2)}`);
 console.log(`ratio replay idem/raw:      ${(results.idemReplay / results.rawReplay).toFixed(2)}`);
-await pool.query(`DROP TABLE ${table}; DROP TABLE raw_${table}; DROP SEQUENCE IF EXISTS ${table}_lock_version_seq`);
+await pool.query(`DROP TABLE ${table}_blobs; DROP TABLE ${table}; DROP TABLE raw_${table}; DROP SEQUENCE IF EXISTS ${table}_lock_version_seq`);
 await pool.end();

@@ -115,6 +115,7 @@ for (const engine of engines) {
           assert.ok(Number.isSafeInteger(token) && token > 0, `a positive integer token, got ${token}`);
           assert.ok(claimedToken(await stores[1]!.claim(claimInput('k2'))) > token, 'the stores share one token sequence');
         } finally {
+          await q(db.client).query(`DROP TABLE IF EXISTS "${table}_blobs"`);
           await q(db.client).query(`DROP TABLE IF EXISTS "${table}"`);
           await q(db.client).query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
         }
@@ -165,6 +166,7 @@ for (const engine of engines) {
           assert.equal((await store.get('tenant-1', 'new2', RETENTION_MS))?.claimId, claimId, 'the record carries the claim id');
           assert.equal((await store.get('tenant-1', 'old', RETENTION_MS))?.claimId, rows[1]!.claim_id, 'the old row reads with its claim id');
         } finally {
+          await q(db.client).query(`DROP TABLE IF EXISTS "${table}_blobs"`);
           await q(db.client).query(`DROP TABLE IF EXISTS "${table}"`);
           await q(db.client).query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
         }

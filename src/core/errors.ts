@@ -14,6 +14,8 @@ export const ErrorCode = {
   LeaseLost: 'IDEM_LEASE_LOST',
   StoreUnavailable: 'IDEM_STORE_UNAVAILABLE',
   ExecutionClosed: 'IDEM_EXECUTION_CLOSED',
+  UnknownKeyId: 'IDEM_UNKNOWN_KEY_ID',
+  ResponseUnreadable: 'IDEM_RESPONSE_UNREADABLE',
   // idem/client (src/client/errors.ts)
   ClientInvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
   HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',
@@ -93,5 +95,30 @@ export class StoreUnavailableError extends IdemError {
 export class ExecutionClosedError extends IdemError {
   constructor(message: string) {
     super(ErrorCode.ExecutionClosed, message);
+  }
+}
+
+/**
+ * A stored response was encrypted under a key id that is not in the configured keys (a key
+ * removed too early from `keys`, or a row written by another deployment). Nothing is replayed:
+ * add the key back. `keyId` names the missing key.
+ */
+export class UnknownKeyIdError extends IdemError {
+  /** The key id the stored response names. */
+  readonly keyId: string;
+  constructor(keyId: string) {
+    super(ErrorCode.UnknownKeyId, `The stored response is encrypted with key id ${JSON.stringify(keyId)}, which is not configured; add it to \`keys\` to replay it`);
+    this.keyId = keyId;
+  }
+}
+
+/**
+ * A stored response cannot be read back as it was written: its ciphertext fails
+ * authentication (tampered, or copied from another row), it is encrypted but no cipher is
+ * configured, or its out-of-line body is missing. Never replayed as something else.
+ */
+export class ResponseUnreadableError extends IdemError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ErrorCode.ResponseUnreadable, message, options);
   }
 }

@@ -20,7 +20,7 @@
 const ROW = `scope, key, fingerprint, state, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
   (locked_until IS NULL OR locked_until <= now()) AS lease_expired,
   GREATEST(0, EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8 AS lease_remaining_ms,
-  response_status, response_headers, response_body, created_at`;
+  response_status, response_headers, response_body, response_body_ref, response_key_id, created_at`;
 
 /** Statements for one table. */
 export interface Statements {
@@ -37,6 +37,10 @@ export interface Statements {
   release: string;
   discard: string;
   sweepBatch: string;
+  /** Out-of-line response bodies in `<table>_blobs` (the default {@link BlobStore}). */
+  blobPut: string;
+  blobGet: string;
+  blobDelete: string;
 }
 
 /** Quotes a table name after checking it is a plain (optionally schema-qualified) identifier. */
@@ -61,6 +65,7 @@ export function statements(table: string): Statements {
     throw new Error(`Table name ${JSON.stringify(table)} is too long: at most 46 characters, so that its token sequence "<table>_lock_version_seq" fits PostgreSQL's 63`);
   }
   const seq = quoteTable(`${table}_lock_version_seq`);
+  const blobs = quoteTable(`${table}_blobs`);
   const nextToken = `nextval('${seq.replaceAll("'", "''")}'::regclass)`;
   return {
     /**
@@ -78,6 +83,15 @@ export function statements(table: string): Statements {
      * - `claim_id`: identifies one claim of the key, kept across takeovers, new when the key is
      *   claimed again after a discard or past retention. Derived keys for downstream calls
      *   include it, so a key reused after retention never gets the old downstream result.
+     * - `response_body_ref`: set when the body is stored out of line (larger than the store's
+     *   `inlineMaxBytes`); it names the blob and `response_body` is NULL.
+     * - `response_key_id`: set when the response is encrypted at rest: the key id it was sealed
+     *   with (also inside the sealed value). `response_headers` then holds one JSON string, the
+     *   sealed headers in base64. NULL: plaintext.
+     *
+     * `<table>_blobs` holds out-of-line bodies, at most one per row. Its foreign key deletes a
+     * blob together with its row (sweep, discard) with no change to those statements; the
+     * cascade is an index lookup on the blob's primary key per deleted row.
      */
     migrate: [
       `SELECT pg_advisory_xact_lock(hashtext('idem:migrate:' || $1::text))`,
@@ -95,6 +109,8 @@ export function statements(table: string): Statements {
         response_status  int,
         response_headers jsonb,
         response_body    bytea,
+        response_body_ref text,
+        response_key_id  text,
         created_at       timestamptz NOT NULL DEFAULT now(),
         finished_at      timestamptz,
         PRIMARY KEY (scope, key)
@@ -116,7 +132,19 @@ export function statements(table: string): Statements {
           PERFORM setval('${seq.replaceAll("'", "''")}'::regclass, GREATEST((SELECT max(lock_version) FROM ${t}), 0) + 1);
           ALTER TABLE ${t} ALTER COLUMN lock_version SET DEFAULT ${nextToken};
         END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '${t.replaceAll("'", "''")}'::regclass
+            AND attname = 'response_body_ref' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN response_body_ref text, ADD COLUMN response_key_id text;
+        END IF;
       END $$`,
+      `CREATE TABLE IF NOT EXISTS ${blobs} (
+        scope text  NOT NULL,
+        key   text  NOT NULL,
+        id    text  NOT NULL,
+        body  bytea NOT NULL,
+        PRIMARY KEY (scope, key),
+        FOREIGN KEY (scope, key) REFERENCES ${t} (scope, key) ON DELETE CASCADE
+      )`,
     ],
 
     /**
@@ -150,7 +178,8 @@ export function statements(table: string): Statements {
       SELECT 'claimed' AS outcome, NULL::text AS scope, NULL::text AS key, NULL::bytea AS fingerprint,
         NULL::text AS state, NULL::text AS recovery_point, NULL::jsonb AS phase_results,
         lock_version::text AS lock_version, claim_id::text AS claim_id, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
-        NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::timestamptz AS created_at,
+        NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::text AS response_body_ref,
+        NULL::text AS response_key_id, NULL::timestamptz AS created_at,
         NULL::boolean AS retention_expired
       FROM claimed
       UNION ALL
@@ -166,7 +195,7 @@ export function statements(table: string): Statements {
      * claim stays the unique insert. $1 scope, $2 key, $3 retention ms.
      */
     readFinished: `SELECT state, fingerprint, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
-        response_status, response_headers, response_body, created_at,
+        response_status, response_headers, response_body, response_body_ref, response_key_id, created_at,
         created_at <= now() - $3::int8 * interval '1 millisecond' AS retention_expired
       FROM ${t} WHERE scope = $1 AND key = $2`,
 
@@ -194,7 +223,7 @@ export function statements(table: string): Statements {
     replaceExpired: `UPDATE ${t} SET fingerprint = $3, state = 'started', recovery_point = 'start',
         phase_results = '{}'::jsonb, locked_until = now() + $4::int8 * interval '1 millisecond',
         lock_version = ${nextToken}, claim_id = gen_random_uuid(), response_status = NULL, response_headers = NULL,
-        response_body = NULL, created_at = now(), finished_at = NULL
+        response_body = NULL, response_body_ref = NULL, response_key_id = NULL, created_at = now(), finished_at = NULL
       WHERE scope = $1 AND key = $2 AND lock_version = $6
         AND created_at <= now() - $5::int8 * interval '1 millisecond'
         AND (locked_until IS NULL OR locked_until <= now())
@@ -224,10 +253,12 @@ export function statements(table: string): Statements {
     /**
      * Finish (seed statement 5): state done, response stored, lease cleared, in the same
      * transaction as the last effect. $1 scope, $2 key, $3 token, $4 status, $5 headers JSON,
-     * $6 body bytes.
+     * $6 body bytes (NULL when out of line), $7 blob id (NULL when inline), $8 key id (NULL:
+     * plaintext).
      */
     finish: `UPDATE ${t} SET state = 'done', recovery_point = 'finished', response_status = $4,
-        response_headers = $5::jsonb, response_body = $6, locked_until = NULL, finished_at = now()
+        response_headers = $5::jsonb, response_body = $6, response_body_ref = $7, response_key_id = $8,
+        locked_until = NULL, finished_at = now()
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
       RETURNING 1 AS ok`,
 
@@ -265,5 +296,23 @@ export function statements(table: string): Statements {
         WHERE created_at <= now() - $1::int8 * interval '1 millisecond'
           AND (locked_until IS NULL OR locked_until <= now())
         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+
+    /**
+     * Stores an out-of-line body, on the finish's own transaction and after its fenced UPDATE
+     * (which holds the row lock, so the foreign key is satisfied and a lost lease rolls the blob
+     * back too). A blob left by an earlier claim of the key is overwritten.
+     * $1 scope, $2 key, $3 blob id, $4 body bytes.
+     */
+    blobPut: `INSERT INTO ${blobs} (scope, key, id, body) VALUES ($1, $2, $3, $4)
+      ON CONFLICT (scope, key) DO UPDATE SET id = EXCLUDED.id, body = EXCLUDED.body`,
+
+    /** Reads an out-of-line body for a replay. $1 scope, $2 key, $3 blob id. */
+    blobGet: `SELECT body FROM ${blobs} WHERE scope = $1 AND key = $2 AND id = $3`,
+
+    /**
+     * Deletes one blob, only if it is still the one named (a newer claim's blob stays).
+     * $1 scope, $2 key, $3 blob id.
+     */
+    blobDelete: `DELETE FROM ${blobs} WHERE scope = $1 AND key = $2 AND id = $3`,
   };
 }

@@ -39,7 +39,11 @@ export interface KeyRecord {
   leaseExpired: boolean;
   /** Milliseconds left on the lease by the database clock; 0 when expired. */
   leaseRemainingMs: number;
-  /** Present when `state` is `done`. */
+  /**
+   * Present when `state` is `done`. A store may leave it out of a claim's record when the
+   * claim's fingerprint differs (a mismatch, never replayed), to skip reading a large or
+   * encrypted body.
+   */
   response?: StoredResponse;
   createdAt: Date;
 }

@@ -51,6 +51,7 @@ export async function freshStore(client: SqlClient, table = tableName()) {
     table,
     drop: async () => {
       const db = client as { query(t: string): Promise<unknown> };
+      await db.query(`DROP TABLE IF EXISTS "${table}_blobs"`);
       await db.query(`DROP TABLE IF EXISTS "${table}"`);
       await db.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
     },
