@@ -447,7 +447,8 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
       }
       return report(false, kept);
     }
-    let cursor: [string, string, string] = [String(-(2n ** 62n)), '', ''];
+    // Cursor (created_at µs, scope, key): starts before any row (year 1653), moves after each batch.
+    let cursor: [string, string, string] = ['-10000000000000000', '', ''];
     while (Date.now() < deadline) {
       const row = (await this.db.query(this.sql.sweepBatch, [cutoffUs, ...cursor, batchSize])).rows[0]!;
       progress.batches++;
