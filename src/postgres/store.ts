@@ -198,6 +198,12 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return { table, partitionsCreated };
   }
 
+  /** The table as it exists now: `plain`, `partitioned`, or undefined when it does not exist (not migrated). */
+  async tableMode(): Promise<'plain' | 'partitioned' | undefined> {
+    const kind = (await this.db.query(this.sql.tableKind, [this.table])).rows[0]?.kind;
+    return kind === undefined ? undefined : kind === 'p' ? 'partitioned' : 'plain';
+  }
+
   private checkKind(kind: string): void {
     if (this.psql && kind !== 'p') {
       throw new InvalidOptionError(
