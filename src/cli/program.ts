@@ -10,6 +10,7 @@ import cliProgress from 'cli-progress';
 import ms from 'ms';
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { PostgresStore, type SweepProgress } from '../postgres/index.js';
+import { quoteTable } from '../postgres/sql.js';
 import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
 
 /** Options every command takes. */
@@ -83,14 +84,14 @@ async function withStore<T>(
   run: (store: PostgresStore, db: CliDatabase) => Promise<T>,
   opts: { mustExist?: boolean; daysAhead?: number } = { mustExist: true },
 ): Promise<T> {
+  try {
+    quoteTable(options.table);
+  } catch (error) {
+    throw new CliError(`--table: ${describeError(error)}`);
+  }
   const db = await openDatabase({ databaseUrl: options.databaseUrl, dataDir: options.dataDir });
   try {
-    let store: PostgresStore;
-    try {
-      store = new PostgresStore({ client: db.client, table: options.table });
-    } catch (error) {
-      throw new CliError(`--table: ${describeError(error)}`);
-    }
+    let store = new PostgresStore({ client: db.client, table: options.table });
     const mode = await store.tableMode();
     if (opts.mustExist !== false && mode === undefined) {
       throw new CliError(`table ${options.table} does not exist in ${db.location}: run \`idem migrate\` first`);
