@@ -10,7 +10,7 @@ import cliProgress from 'cli-progress';
 import ms from 'ms';
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { PostgresStore, type SweepProgress } from '../postgres/index.js';
-import { quoteTable } from '../postgres/sql.js';
+import { statements } from '../postgres/sql.js';
 import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
 
 /** Options every command takes. */
@@ -85,7 +85,7 @@ async function withStore<T>(
   opts: { mustExist?: boolean; daysAhead?: number } = { mustExist: true },
 ): Promise<T> {
   try {
-    quoteTable(options.table);
+    statements(options.table);
   } catch (error) {
     throw new CliError(`--table: ${describeError(error)}`);
   }
