@@ -41,11 +41,12 @@ for (const engine of engines) {
     it('deletes exactly the rows past retention, in batches by key range, and reports progress', async () => {
       const { store, table } = await seeded(25, 4);
       const progress: SweepProgress[] = [];
-      const report = await store.sweepReport({ retentionMs: RETENTION_MS, batchSize: 10, onProgress: (p) => progress.push(p) });
+      // Batches of 7 end inside a pair of rows with one created_at: the cursor must break the tie by key.
+      const report = await store.sweepReport({ retentionMs: RETENTION_MS, batchSize: 7, onProgress: (p) => progress.push(p) });
       assert.equal(report.deleted, 25, 'every expired row deleted');
       assert.equal(report.scanned, 25);
-      assert.equal(report.batches, 3, 'batches of 10, 10 and 5');
-      assert.deepEqual(progress.map((p) => p.deleted), [10, 20, 25], 'progress after each batch');
+      assert.equal(report.batches, 4, 'batches of 7, 7, 7 and 4');
+      assert.deepEqual(progress.map((p) => p.deleted), [7, 14, 21, 25], 'progress after each batch');
       assert.equal(report.timedOut, false);
       assert.ok(report.cutoff.getTime() < Date.now() - RETENTION_MS + 60_000, `cutoff ${report.cutoff.toISOString()} is now - retention`);
       assert.deepEqual(await keysLeft(table), ['live-1', 'live-2', 'live-3', 'live-4']);
