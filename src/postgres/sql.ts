@@ -22,6 +22,39 @@ const ROW = `scope, key, fingerprint, state, recovery_point, phase_results, lock
   GREATEST(0, EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8 AS lease_remaining_ms,
   response_status, response_headers, response_body, response_body_ref, response_key_id, created_at`;
 
+/**
+ * The column definitions of the key table, shared by the plain table and the partitioned one
+ * (each adds its own primary key). See `migrate` for the choices.
+ */
+function columns(nextToken: string): string {
+  return `
+        scope            text        NOT NULL CHECK (length(scope) BETWEEN 1 AND 255),
+        key              text        NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
+        fingerprint      bytea       NOT NULL CHECK (length(fingerprint) = 32),
+        state            text        NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'done')),
+        recovery_point   text        NOT NULL DEFAULT 'start',
+        phase_results    jsonb       NOT NULL DEFAULT '{}'::jsonb,
+        locked_until     timestamptz,
+        lock_version     bigint      NOT NULL DEFAULT ${nextToken},
+        claim_id         uuid        NOT NULL DEFAULT gen_random_uuid(),
+        response_status  int,
+        response_headers jsonb,
+        response_body    bytea,
+        response_body_ref text,
+        response_key_id  text,
+        created_at       timestamptz NOT NULL DEFAULT now(),
+        finished_at      timestamptz,
+`;
+}
+
+/** The claim's result row when the insert won: `ROW`'s columns, NULL but for the token and claim id. */
+const CLAIMED_ROW = `SELECT 'claimed' AS outcome, NULL::text AS scope, NULL::text AS key, NULL::bytea AS fingerprint,
+        NULL::text AS state, NULL::text AS recovery_point, NULL::jsonb AS phase_results,
+        lock_version::text AS lock_version, claim_id::text AS claim_id, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
+        NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::text AS response_body_ref,
+        NULL::text AS response_key_id, NULL::timestamptz AS created_at,
+        NULL::boolean AS retention_expired`;
+
 /** Statements for one table. */
 export interface Statements {
   migrate: string[];
@@ -36,11 +69,35 @@ export interface Statements {
   extendLease: string;
   release: string;
   discard: string;
+  sweepCutoff: string;
+  sweepPlan: string;
   sweepBatch: string;
   /** Out-of-line response bodies in `<table>_blobs` (the default {@link BlobStore}). */
   blobPut: string;
   blobGet: string;
   blobDelete: string;
+  inspect: string;
+  stats: string;
+  tableKind: string;
+}
+
+/**
+ * The statements that differ in partitioned mode (see {@link partitionedStatements}); every
+ * other statement of {@link Statements} is shared, because each of them selects or updates
+ * the one row of (scope, key) wherever it lives.
+ */
+export interface PartitionedStatements {
+  migrate: string[];
+  lockKey: string;
+  claim: string;
+  replaceExpired: string;
+  today: string;
+  listPartitions: string;
+  createPartition(name: string, fromDay: string, toDay: string): string;
+  lockPartition(name: string): string;
+  partitionRows(name: string): string;
+  dropPartition(name: string): string;
+  setLockTimeout: string;
 }
 
 /** Quotes a table name after checking it is a plain (optionally schema-qualified) identifier. */
@@ -96,23 +153,7 @@ export function statements(table: string): Statements {
     migrate: [
       `SELECT pg_advisory_xact_lock(hashtext('idem:migrate:' || $1::text))`,
       `CREATE SEQUENCE IF NOT EXISTS ${seq}`,
-      `CREATE TABLE IF NOT EXISTS ${t} (
-        scope            text        NOT NULL CHECK (length(scope) BETWEEN 1 AND 255),
-        key              text        NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
-        fingerprint      bytea       NOT NULL CHECK (length(fingerprint) = 32),
-        state            text        NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'done')),
-        recovery_point   text        NOT NULL DEFAULT 'start',
-        phase_results    jsonb       NOT NULL DEFAULT '{}'::jsonb,
-        locked_until     timestamptz,
-        lock_version     bigint      NOT NULL DEFAULT ${nextToken},
-        claim_id         uuid        NOT NULL DEFAULT gen_random_uuid(),
-        response_status  int,
-        response_headers jsonb,
-        response_body    bytea,
-        response_body_ref text,
-        response_key_id  text,
-        created_at       timestamptz NOT NULL DEFAULT now(),
-        finished_at      timestamptz,
+      `CREATE TABLE IF NOT EXISTS ${t} (${columns(nextToken)}
         PRIMARY KEY (scope, key)
       )`,
       `CREATE INDEX IF NOT EXISTS "${bare}_created_at_idx" ON ${t} (created_at)`,
@@ -175,12 +216,7 @@ export function statements(table: string): Statements {
         ON CONFLICT (scope, key) DO NOTHING
         RETURNING lock_version, claim_id
       )
-      SELECT 'claimed' AS outcome, NULL::text AS scope, NULL::text AS key, NULL::bytea AS fingerprint,
-        NULL::text AS state, NULL::text AS recovery_point, NULL::jsonb AS phase_results,
-        lock_version::text AS lock_version, claim_id::text AS claim_id, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
-        NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::text AS response_body_ref,
-        NULL::text AS response_key_id, NULL::timestamptz AS created_at,
-        NULL::boolean AS retention_expired
+      ${CLAIMED_ROW}
       FROM claimed
       UNION ALL
       SELECT 'exists', existing.* FROM existing`,
@@ -286,16 +322,92 @@ export function statements(table: string): Statements {
       RETURNING 1 AS ok`,
 
     /**
-     * One retention batch (seed step 6): rows created before now() - retention, oldest first,
-     * by primary key; SKIP LOCKED so a sweep never waits on (or blocks) a live claim, and two
-     * sweepers never delete the same rows. A key whose lease is still valid is left alone:
-     * deleting it would let a retry run the work a second time. $1 retention ms, $2 batch size.
+     * The retention cutoff, fixed once when a sweep starts: rows created at or before it are
+     * past retention. A sweep works towards a fixed point, so it ends even while new rows keep
+     * expiring, and its total is known in advance (the CLI's progress bar). $1 retention ms.
      */
-    sweepBatch: `DELETE FROM ${t} WHERE (scope, key) IN (
-        SELECT scope, key FROM ${t}
-        WHERE created_at <= now() - $1::int8 * interval '1 millisecond'
-          AND (locked_until IS NULL OR locked_until <= now())
-        ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+    sweepCutoff: `SELECT (extract(epoch FROM now() - $1::int8 * interval '1 millisecond') * 1000000)::int8::text AS cutoff_us`,
+
+    /**
+     * What a sweep up to the cutoff would find (dry run, progress total): rows created at or
+     * before it, and how many of those may go (lease not valid). $1 cutoff µs.
+     */
+    sweepPlan: `SELECT count(*)::int8::text AS expired,
+        count(*) FILTER (WHERE locked_until IS NULL OR locked_until <= now())::int8::text AS sweepable
+      FROM ${t} WHERE created_at <= 'epoch'::timestamptz + $1::int8 * interval '1 microsecond'`,
+
+    /**
+     * One retention batch (seed step 6), by key range: the next `$5` rows past the cutoff in
+     * (created_at, scope, key) order after the cursor, so each batch resumes where the last one
+     * ended and no row is scanned twice (no `ctid`: key ranges also work on PostgreSQL-compatible
+     * distributed databases). The created_at index gives the order, an incremental sort breaks
+     * ties by primary key, the LIMIT stops the scan.
+     *
+     * Concurrency: FOR UPDATE SKIP LOCKED never waits on a row a live claim or another sweeper
+     * holds, and two sweepers never delete the same row (a row one of them locked is skipped by
+     * the other; deleted rows are gone). A key whose lease is still valid is left alone (checked
+     * again on the locked row): deleting it would let a retry run the work a second time. The
+     * cursor moves past the whole batch, skipped rows included, so a run cannot loop on them.
+     *
+     * Times travel as integer epoch microseconds (exact, unlike a JS Date's milliseconds).
+     * $1 cutoff µs, $2 cursor created_at µs, $3 cursor scope, $4 cursor key, $5 batch size.
+     * Returns the rows deleted, the rows in the batch and the new cursor (NULL when none).
+     */
+    sweepBatch: `WITH batch AS (
+        SELECT scope, key, created_at FROM ${t}
+        WHERE created_at <= 'epoch'::timestamptz + $1::int8 * interval '1 microsecond'
+          AND created_at >= 'epoch'::timestamptz + $2::int8 * interval '1 microsecond'
+          AND (created_at, scope, key) > ('epoch'::timestamptz + $2::int8 * interval '1 microsecond', $3::text, $4::text)
+        ORDER BY created_at, scope, key LIMIT $5
+        FOR UPDATE SKIP LOCKED
+      ), deleted AS (
+        DELETE FROM ${t} AS k USING batch
+        WHERE k.scope = batch.scope AND k.key = batch.key AND k.created_at = batch.created_at
+          AND (k.locked_until IS NULL OR k.locked_until <= now())
+        RETURNING 1
+      ), last AS (
+        SELECT scope, key, (extract(epoch FROM created_at) * 1000000)::int8::text AS created_us
+        FROM batch ORDER BY created_at DESC, scope DESC, key DESC LIMIT 1
+      )
+      SELECT (SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM batch)::int AS scanned,
+        last.created_us, last.scope, last.key
+      FROM (SELECT 1) AS one LEFT JOIN last ON true`,
+
+    /**
+     * Everything about one key for an operator (`idem inspect`), past retention or not, with
+     * the response summarised (status, headers, body size) rather than returned.
+     * $1 scope, $2 key, $3 retention ms.
+     */
+    inspect: `SELECT scope, key, encode(fingerprint, 'hex') AS fingerprint, state, recovery_point, phase_results,
+        lock_version::text AS lock_version, claim_id::text AS claim_id, locked_until,
+        (locked_until IS NULL OR locked_until <= now()) AS lease_expired,
+        GREATEST(0, EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8 AS lease_remaining_ms,
+        response_status, response_headers, octet_length(response_body) AS response_bytes,
+        created_at, finished_at, created_at <= now() - $3::int8 * interval '1 millisecond' AS retention_expired
+      FROM ${t} WHERE scope = $1 AND key = $2`,
+
+    /**
+     * Table health in one scan (`idem stats`): rows by state, the oldest row, rows past
+     * retention not yet swept (sweepable: lease not valid), and keys in progress whose lease ran
+     * out within retention (abandoned: the next retry, or a completer, takes them over).
+     * $1 retention ms.
+     */
+    stats: `SELECT count(*)::int8::text AS total,
+        count(*) FILTER (WHERE state = 'started')::int8::text AS started,
+        count(*) FILTER (WHERE state = 'done')::int8::text AS done,
+        min(created_at) AS oldest,
+        count(*) FILTER (WHERE created_at <= now() - $1::int8 * interval '1 millisecond'
+          AND (locked_until IS NULL OR locked_until <= now()))::int8::text AS expired_unswept,
+        count(*) FILTER (WHERE state = 'started' AND (locked_until IS NULL OR locked_until <= now())
+          AND created_at > now() - $1::int8 * interval '1 millisecond')::int8::text AS abandoned,
+        count(*) FILTER (WHERE locked_until > now())::int8::text AS live_leases
+      FROM ${t}`,
+
+    /**
+     * The kind of the table, if it exists: 'r' plain, 'p' partitioned (pg_class.relkind), so a
+     * store in one mode refuses a table made in the other. $1 table name as given.
+     */
+    tableKind: `SELECT relkind::text AS kind FROM pg_class WHERE oid = to_regclass($1)`,
 
     /**
      * Stores an out-of-line body, on the finish's own transaction and after its fenced UPDATE
@@ -314,5 +426,144 @@ export function statements(table: string): Statements {
      * $1 scope, $2 key, $3 blob id.
      */
     blobDelete: `DELETE FROM ${blobs} WHERE scope = $1 AND key = $2 AND id = $3`,
+  };
+}
+
+/**
+ * Partitioned mode (seed: "partition by created_at, drop whole partitions"): the table is
+ * range-partitioned by `created_at`, one partition per UTC day named `<table>_pYYYYMMDD`,
+ * created ahead of time; retention drops whole partitions, so expiry leaves no dead tuples.
+ *
+ * The pitfall: a unique index on a partitioned table must include the partition key, so the
+ * primary key is (scope, key, created_at) and PostgreSQL no longer enforces one row per
+ * (scope, key): a claim just before midnight and its retry just after would land in two
+ * partitions and both "succeed". So the claim here does not rely on an index. It runs in one
+ * transaction that first takes a transaction-scoped advisory lock on a hash of (table, scope,
+ * key) (`lockKey`), then looks the key up across every partition and inserts only when it is
+ * absent (`claim`). Every insert of a key happens under that lock, and the lock is released
+ * only after the inserting transaction is committed and visible, so the lookup of the next
+ * holder (a new statement, a new snapshot taken after the lock was granted) sees it: at most
+ * one row per (scope, key), whatever the partitions. A hash collision only makes two unrelated
+ * keys wait for each other for one claim.
+ *
+ * Every other statement (takeover, phases, finish, heartbeat, release, discard, read) selects
+ * the key by (scope, key) without `created_at`, so it finds the one row in whichever partition
+ * it lives and is shared with the plain table unchanged.
+ */
+export function partitionedStatements(table: string): PartitionedStatements {
+  const plain = statements(table);
+  const t = quoteTable(table);
+  const [lock, seqDdl, , ...rest] = plain.migrate;
+  const seq = quoteTable(`${table}_lock_version_seq`);
+  const nextToken = `nextval('${seq.replaceAll("'", "''")}'::regclass)`;
+  const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;
+  const schema = table.includes('.') ? `"${table.split('.')[0]}".` : '';
+  const partition = (name: string) => `${schema}"${name}"`;
+  return {
+    /**
+     * The plain migration with the partitioned table in place of the plain one: the same
+     * columns, primary key (scope, key, created_at) as PostgreSQL requires, and the same
+     * upgrade steps after it. Partitions are created by `maintain` (the store does it in
+     * `migrate`).
+     */
+    migrate: [
+      lock!,
+      seqDdl!,
+      `CREATE TABLE IF NOT EXISTS ${t} (${columns(nextToken)}
+        PRIMARY KEY (scope, key, created_at)
+      ) PARTITION BY RANGE (created_at)`,
+      ...rest,
+    ],
+
+    /**
+     * The per-key claim lock, held until the claim's transaction ends. Run it as a statement
+     * of its own before `claim`: a statement's snapshot is taken when it starts, so a lookup in
+     * the same statement could miss a row committed while it waited for the lock.
+     * $1 scope, $2 key.
+     */
+    lockKey: `SELECT pg_advisory_xact_lock(hashtextextended(${literal(table)} || '/' || $1::text || '/' || $2::text, 0))`,
+
+    /**
+     * Claim in partitioned mode, under `lockKey`: the existing row from any partition, or a new
+     * row when there is none, with the plain claim's result shape. $1 scope, $2 key,
+     * $3 fingerprint, $4 lease ms, $5 retention ms.
+     */
+    claim: `WITH existing AS (
+        SELECT ${ROW}, created_at <= now() - $5::int8 * interval '1 millisecond' AS retention_expired
+        FROM ${t} WHERE scope = $1 AND key = $2
+      ), claimed AS (
+        INSERT INTO ${t} (scope, key, fingerprint, locked_until)
+        SELECT $1, $2, $3, now() + $4::int8 * interval '1 millisecond'
+        WHERE NOT EXISTS (SELECT 1 FROM existing)
+        RETURNING lock_version, claim_id
+      )
+      ${CLAIMED_ROW} FROM claimed
+      UNION ALL
+      SELECT 'exists', existing.* FROM existing`,
+
+    /**
+     * A row past retention counts as absent: delete it and insert the new claim, under
+     * `lockKey`, fenced on the token read (and only while its lease is not valid). A delete and
+     * an insert rather than an UPDATE of created_at: that would move the row to another
+     * partition, and a stale worker's concurrent fenced UPDATE would then fail with a
+     * serialization error instead of matching no row. $1 scope, $2 key, $3 fingerprint,
+     * $4 lease ms, $5 retention ms, $6 token read.
+     */
+    replaceExpired: `WITH gone AS (
+        DELETE FROM ${t}
+        WHERE scope = $1 AND key = $2 AND lock_version = $6
+          AND created_at <= now() - $5::int8 * interval '1 millisecond'
+          AND (locked_until IS NULL OR locked_until <= now())
+        RETURNING 1
+      )
+      INSERT INTO ${t} (scope, key, fingerprint, locked_until)
+      SELECT $1, $2, $3, now() + $4::int8 * interval '1 millisecond' WHERE EXISTS (SELECT 1 FROM gone)
+      RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id`,
+
+    /** Today's UTC date by the database clock, as YYYY-MM-DD. */
+    today: `SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day`,
+
+    /**
+     * The table's daily partitions (named by `createPartition`), oldest first, with whether a
+     * partition's whole day lies at or before the retention cutoff. $1 table name as given,
+     * $2 retention ms.
+     */
+    listPartitions: `SELECT c.relname AS name,
+        to_char(to_date(right(c.relname, 8), 'YYYYMMDD'), 'YYYY-MM-DD') AS day,
+        (to_date(right(c.relname, 8), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC'
+          <= now() - $2::int8 * interval '1 millisecond' AS expired
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = to_regclass($1) AND c.relname ~ '_p[0-9]{8}$'
+      ORDER BY right(c.relname, 8)`,
+
+    /** One UTC day's partition, [fromDay 00:00 UTC, toDay 00:00 UTC). Idempotent. */
+    createPartition: (name, fromDay, toDay) =>
+      `CREATE TABLE IF NOT EXISTS ${partition(name)} PARTITION OF ${t}
+        FOR VALUES FROM (${literal(`${fromDay} 00:00:00+00`)}) TO (${literal(`${toDay} 00:00:00+00`)})`,
+
+    /**
+     * Before a drop: lock the partition against writes (SHARE: claims still read it), so no
+     * takeover can start a lease in it between the check below and the drop.
+     */
+    lockPartition: (name) => `LOCK TABLE ${partition(name)} IN SHARE MODE`,
+
+    /**
+     * Rows in the partition and how many hold a valid lease (a worker alive past retention:
+     * then the partition is kept).
+     */
+    partitionRows: (name) =>
+      `SELECT count(*)::int8::text AS n, count(*) FILTER (WHERE locked_until > now())::int8::text AS live FROM ${partition(name)}`,
+
+    /**
+     * Retention for a whole day in one statement: no row-by-row delete, no dead tuples. It
+     * takes a brief ACCESS EXCLUSIVE lock on the parent table, bounded by `setLockTimeout`.
+     */
+    dropPartition: (name) => `DROP TABLE ${partition(name)}`,
+
+    /**
+     * Bounds how long the drop may wait for (and so make claims queue behind) its locks, for the
+     * rest of the transaction; on timeout the partition is kept for the next run. $1 e.g. '1000ms'.
+     */
+    setLockTimeout: `SELECT set_config('lock_timeout', $1::text, true)`,
   };
 }

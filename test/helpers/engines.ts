@@ -42,9 +42,12 @@ export function tableName(prefix = 'idem_test'): string {
   return `${prefix}_${randomBytes(6).toString('hex')}`;
 }
 
-/** A migrated store on a fresh table; `drop()` removes the table and its token sequence. */
-export async function freshStore(client: SqlClient, table = tableName()) {
-  const store = new PostgresStore({ client, table });
+/**
+ * A migrated store on a fresh table (partitioned with `options.partitioned`); `drop()` removes
+ * the table (with its partitions) and its token sequence.
+ */
+export async function freshStore(client: SqlClient, table = tableName(), options: { partitioned?: boolean } = {}) {
+  const store = new PostgresStore({ client, table, partitioned: options.partitioned });
   await store.migrate();
   return {
     store,

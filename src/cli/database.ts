@@ -1,0 +1,141 @@
+/**
+ * Opens the database the `idem` CLI works on: PostgreSQL when a URL is given
+ * (`--database-url` / `DATABASE_URL`), otherwise embedded PGlite persisted in a data directory
+ * (`--data-dir` / `IDEM_DATA_DIR`, default `./.idem-data`, the example server's default, so
+ * `idem stats` next to `npm start` inspects the example's keys once the server is stopped).
+ * Both drivers are optional peer dependencies, imported only when used.
+ */
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { SqlClient } from '../postgres/client.js';
+
+/** The default PGlite data directory, shared with the example payments server. */
+export const DEFAULT_DATA_DIR = './.idem-data';
+
+export interface CliDatabase {
+  client: SqlClient;
+  /** Where the data lives, for messages: the URL without its password, or the data directory. */
+  location: string;
+  close(): Promise<void>;
+}
+
+/** A one-line error for the user; the CLI prints its message and exits non-zero. */
+export class CliError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'CliError';
+  }
+}
+
+/**
+ * Connects and checks the connection with one round trip, so an unreachable database fails
+ * here with a clear message instead of in the middle of a command.
+ *
+ * @throws {CliError} for a malformed URL, a missing driver, an unreachable server, or a PGlite
+ *   directory held by another process
+ */
+export async function openDatabase(options: { databaseUrl?: string; dataDir?: string }): Promise<CliDatabase> {
+  if (options.databaseUrl) {
+    let url: URL;
+    try {
+      url = new URL(options.databaseUrl);
+    } catch {
+      throw new CliError(`--database-url is not a URL: ${JSON.stringify(options.databaseUrl)}`);
+    }
+    if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
+      throw new CliError(`--database-url must start with postgres:// or postgresql://, got ${url.protocol}//`);
+    }
+    const pg = await importDriver<typeof import('pg')>('pg');
+    const pool = new pg.default.Pool({ connectionString: options.databaseUrl, max: 4, connectionTimeoutMillis: 10_000 });
+    pool.on('error', () => undefined); // an idle connection dropped by the server: the next query reports it
+    url.password = '';
+    const location = url.toString();
+    try {
+      await pool.query('SELECT 1');
+    } catch (error) {
+      await pool.end().catch(() => undefined);
+      throw new CliError(`cannot connect to ${location}: ${describeError(error)}`, { cause: error });
+    }
+    return { client: pool, location, close: () => pool.end() };
+  }
+  const dataDir = options.dataDir ?? DEFAULT_DATA_DIR;
+  const { PGlite } = await importDriver<typeof import('@electric-sql/pglite')>('@electric-sql/pglite');
+  const unlock = lockDataDir(dataDir);
+  try {
+    const db = await PGlite.create(dataDir);
+    return {
+      client: db,
+      location: dataDir,
+      close: async () => {
+        await db.close();
+        unlock();
+      },
+    };
+  } catch (error) {
+    unlock();
+    throw new CliError(`cannot open PGlite data directory ${dataDir}: ${describeError(error)}`, { cause: error });
+  }
+}
+
+async function importDriver<T>(name: string): Promise<T> {
+  try {
+    return (await import(name)) as T;
+  } catch (error) {
+    throw new CliError(`the driver ${name} is not installed: npm install ${name}`, { cause: error });
+  }
+}
+
+/**
+ * One line for any error: node-postgres reports a refused connection as an AggregateError with
+ * an empty message (one error per address tried), so fall back to its parts and codes.
+ */
+export function describeError(error: unknown): string {
+  if (error instanceof AggregateError && error.errors.length > 0 && !error.message) {
+    return describeError(error.errors[0]);
+  }
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    const message = error.message || String(code ?? error.name);
+    return message.split('\n')[0]!;
+  }
+  return String(error);
+}
+
+/**
+ * PGlite is one PostgreSQL backend inside this process: a second process on the same directory
+ * would run its own, unaware of the first one's writes. So one process per directory, through
+ * the pid file the example server takes too (`idem-example.pid`, O_EXCL): the CLI refuses a
+ * directory a live server holds, and takes over a pid file whose process is gone.
+ *
+ * @returns a function that releases the lock
+ * @throws {CliError} when a live process holds the directory
+ */
+export function lockDataDir(dataDir: string): () => void {
+  mkdirSync(dataDir, { recursive: true });
+  const file = join(dataDir, 'idem-example.pid');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(file, String(process.pid), { flag: 'wx' });
+      return () => rmSync(file, { force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw new CliError(`cannot lock ${dataDir}: ${describeError(error)}`);
+      const holder = Number(readFileSync(file, 'utf8'));
+      if (holder && holder !== process.pid && alive(holder)) {
+        throw new CliError(
+          `${dataDir} is in use by process ${holder} (PGlite allows one process per data directory): stop it, or use --database-url`,
+        );
+      }
+      rmSync(file, { force: true });
+    }
+  }
+  throw new CliError(`cannot lock ${dataDir}`);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

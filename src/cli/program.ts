@@ -1,0 +1,337 @@
+/**
+ * The `idem` command line: migrate, sweep, inspect, stats and partitions, on PostgreSQL
+ * (`--database-url` / `DATABASE_URL`) or embedded PGlite (`--data-dir`, default `./.idem-data`).
+ * Parsing by commander, the progress bar by cli-progress, durations by ms. Every command
+ * prints one line `error: ...` to stderr and exits 1 on bad input or an unreachable
+ * database; usage errors exit 1 as well (commander's convention).
+ */
+import { Command, InvalidArgumentError, Option } from 'commander';
+import cliProgress from 'cli-progress';
+import ms from 'ms';
+import { DEFAULT_RETENTION_MS } from '../core/constants.js';
+import { PostgresStore, type SweepProgress } from '../postgres/index.js';
+import { statements } from '../postgres/sql.js';
+import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
+
+/** Options every command takes. */
+interface ConnectionOptions {
+  databaseUrl?: string;
+  dataDir?: string;
+  table: string;
+  partitioned?: boolean;
+  json?: boolean;
+}
+
+/** Where output goes; tests and embedders may replace it. */
+export interface CliIo {
+  out(line: string): void;
+  err(line: string): void;
+  /** The stream the progress bar draws on, and whether it is a terminal. */
+  progressStream: NodeJS.WriteStream;
+}
+
+const defaultIo: CliIo = {
+  out: (line) => process.stdout.write(line + '\n'),
+  err: (line) => process.stderr.write(line + '\n'),
+  progressStream: process.stderr,
+};
+
+/**
+ * A duration with its unit, as `ms` reads it: `500ms`, `30s`, `15m`, `24h`, `7d`. A bare
+ * number is refused: the unit is always said.
+ */
+function duration(name: string) {
+  return (value: string): number => {
+    const parsed = /^\s*\d+(\.\d+)?\s*[a-z]+\s*$/i.test(value) ? ms(value as ms.StringValue) : undefined;
+    if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed < 0) {
+      throw new InvalidArgumentError(`${name} takes a duration with a unit, e.g. 500ms, 30s, 15m, 24h, 7d (got ${JSON.stringify(value)})`);
+    }
+    return parsed;
+  };
+}
+
+function positiveInteger(name: string) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < 1) {
+      throw new InvalidArgumentError(`${name} must be a whole number >= 1 (got ${JSON.stringify(value)})`);
+    }
+    return n;
+  };
+}
+
+/** Adds the connection options to a command. */
+function withConnection(command: Command): Command {
+  return command
+    .addOption(new Option('--database-url <url>', 'PostgreSQL URL; without it, embedded PGlite in --data-dir').env('DATABASE_URL'))
+    .addOption(new Option('--data-dir <dir>', 'PGlite data directory, used when no database URL is given').env('IDEM_DATA_DIR').default(DEFAULT_DATA_DIR))
+    .addOption(new Option('--table <name>', 'key table, optionally schema.table').default('idempotency_keys'))
+    .option('--json', 'print the result as one JSON object');
+}
+
+function retentionOption(): Option {
+  return new Option('--retention <duration>', 'rows older than this are past retention (e.g. 24h, 7d)')
+    .default(DEFAULT_RETENTION_MS, '24h')
+    .argParser(duration('--retention'));
+}
+
+/**
+ * Opens the database and the store; the store's mode follows the table as it exists
+ * (partitioned or plain), so only `migrate` needs `--partitioned`.
+ */
+async function withStore<T>(
+  options: ConnectionOptions,
+  run: (store: PostgresStore, db: CliDatabase) => Promise<T>,
+  opts: { mustExist?: boolean; daysAhead?: number } = { mustExist: true },
+): Promise<T> {
+  try {
+    statements(options.table);
+  } catch (error) {
+    throw new CliError(`--table: ${describeError(error)}`);
+  }
+  const db = await openDatabase({ databaseUrl: options.databaseUrl, dataDir: options.dataDir });
+  try {
+    let store = new PostgresStore({ client: db.client, table: options.table });
+    const mode = await store.tableMode();
+    if (opts.mustExist !== false && mode === undefined) {
+      throw new CliError(`table ${options.table} does not exist in ${db.location}: run \`idem migrate\` first`);
+    }
+    const partitioned = options.partitioned || mode === 'partitioned';
+    if (partitioned) {
+      store = new PostgresStore({
+        client: db.client,
+        table: options.table,
+        partitioned: opts.daysAhead === undefined ? true : { daysAhead: opts.daysAhead },
+      });
+    }
+    return await run(store, db);
+  } finally {
+    await db.close().catch(() => undefined);
+  }
+}
+
+const iso = (d: Date | null | undefined) => (d ? d.toISOString() : '-');
+const count = (n: number) => n.toLocaleString('en-US');
+
+/**
+ * Builds the program. `io` receives the output lines (stdout for results, stderr for errors
+ * and the progress bar).
+ */
+export function buildProgram(io: CliIo = defaultIo): Command {
+  const program = new Command('idem')
+    .description('Operate idem\'s idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, partitions.')
+    .version(VERSION)
+    .showHelpAfterError('(run idem --help for usage)')
+    .configureOutput({ writeOut: (s) => io.out(s.replace(/\n$/, '')), writeErr: (s) => io.err(s.replace(/\n$/, '')) });
+
+  // ---- migrate --------------------------------------------------------------------------
+  withConnection(program.command('migrate'))
+    .description('create or upgrade the key table (idempotent; safe from several hosts at once)')
+    .option('--partitioned', 'create the table partitioned by created_at, one partition per UTC day')
+    .addOption(new Option('--days-ahead <days>', 'partitioned: daily partitions to keep ready ahead of today').argParser(positiveInteger('--days-ahead')))
+    .action(async (options: ConnectionOptions & { daysAhead?: number }) => {
+      await withStore(
+        options,
+        async (store, db) => {
+          const result = await store.migrate();
+          const mode = store.partitioning ? 'partitioned' : 'plain';
+          if (options.json) {
+            return io.out(JSON.stringify({ table: store.table, mode, location: db.location, result: result.table, partitionsCreated: result.partitionsCreated }));
+          }
+          io.out(
+            result.table === 'created'
+              ? `Created ${mode} table ${store.table} in ${db.location}.`
+              : `Table ${store.table} (${mode}) in ${db.location} is up to date.`,
+          );
+          if (result.partitionsCreated.length > 0) io.out(`Created partitions: ${result.partitionsCreated.join(', ')}.`);
+        },
+        { mustExist: false, daysAhead: options.daysAhead },
+      );
+    });
+
+  // ---- sweep ----------------------------------------------------------------------------
+  withConnection(program.command('sweep'))
+    .description('delete keys past retention: batches by key range (plain table) or whole-day partition drops (partitioned)')
+    .addOption(retentionOption())
+    .addOption(new Option('--batch-size <rows>', 'rows per DELETE statement').default(1000).argParser(positiveInteger('--batch-size')))
+    .addOption(new Option('--max-duration <duration>', 'start no new batch after this long (e.g. 30s, 10m); default: until done').argParser(duration('--max-duration')))
+    .option('--dry-run', 'count what would be deleted; delete nothing')
+    .addOption(new Option('--progress', 'draw the progress bar even when stderr is not a terminal'))
+    .addOption(new Option('--no-progress', 'never draw the progress bar'))
+    .action(async (options: ConnectionOptions & { retention: number; batchSize: number; maxDuration?: number; dryRun?: boolean; progress?: boolean }) => {
+      await withStore(options, async (store) => {
+        const plan = await store.sweepPlan(options.retention);
+        if (options.dryRun) {
+          if (options.json) return io.out(JSON.stringify({ dryRun: true, ...plan }));
+          io.out(
+            `Dry run: ${count(plan.sweepable)} rows would be deleted from ${store.table} ` +
+              `(${count(plan.expired)} created at or before ${iso(plan.cutoff)}; ${count(plan.expired - plan.sweepable)} kept: lease still valid).`,
+          );
+          if (store.partitioning) {
+            io.out(plan.expiredPartitions.length ? `Partitions that would be dropped: ${plan.expiredPartitions.join(', ')}.` : 'No partition is past retention.');
+          }
+          return;
+        }
+        const drawBar = options.progress ?? io.progressStream.isTTY === true;
+        let bar = drawBar
+          ? new cliProgress.SingleBar(
+              {
+                stream: io.progressStream,
+                noTTYOutput: !io.progressStream.isTTY,
+                format: 'sweep [{bar}] {percentage}% | {value}/{total} rows | deleted {deleted} | ETA {eta_formatted}',
+                hideCursor: io.progressStream.isTTY ? true : null,
+                etaBuffer: 50,
+              },
+              cliProgress.Presets.shades_classic,
+            )
+          : undefined;
+        const total = store.partitioning ? plan.expiredPartitions.length : plan.expired;
+        if (total === 0) bar = undefined;
+        bar?.start(total, 0, { deleted: 0 });
+        let report;
+        try {
+          report = await store.sweepReport({
+            retentionMs: options.retention,
+            batchSize: options.batchSize,
+            maxDurationMs: options.maxDuration,
+            onProgress: (p: SweepProgress) =>
+              bar?.update(store.partitioning ? p.droppedPartitions.length : Math.min(p.scanned, plan.expired), { deleted: p.deleted }),
+          });
+        } finally {
+          bar?.stop();
+        }
+        if (options.json) return io.out(JSON.stringify(report));
+        const seconds = (report.durationMs / 1000).toFixed(1);
+        if (store.partitioning) {
+          io.out(
+            `Dropped ${report.droppedPartitions.length} partition(s) of ${store.table} holding ${count(report.deleted)} rows in ${seconds} s` +
+              (report.droppedPartitions.length ? ` (${report.droppedPartitions.join(', ')})` : '') +
+              '.',
+          );
+          if (report.keptPartitions.length) io.out(`Kept (a lease is still valid, or the lock timed out): ${report.keptPartitions.join(', ')}.`);
+        } else {
+          io.out(
+            `Deleted ${count(report.deleted)} rows past retention from ${store.table} in ${report.batches} batch(es), ${seconds} s ` +
+              `(cutoff ${iso(report.cutoff)}; ${count(report.scanned - report.deleted)} kept: lease still valid or locked).`,
+          );
+        }
+        if (report.timedOut) io.out(`Stopped by --max-duration; run again to continue.`);
+      });
+    });
+
+  // ---- inspect --------------------------------------------------------------------------
+  withConnection(program.command('inspect'))
+    .description('show one key: state, recovery point, lease, fencing token, response summary')
+    .argument('<scope>', 'the key\'s scope (as the scope resolver returned it; default scopes are hashes)')
+    .argument('<key>', 'the idempotency key')
+    .addOption(retentionOption())
+    .action(async (scope: string, key: string, options: ConnectionOptions & { retention: number }) => {
+      await withStore(options, async (store) => {
+        const record = await store.inspect(scope, key, options.retention);
+        if (!record) throw new CliError(`no key ${JSON.stringify(key)} in scope ${JSON.stringify(scope)} in ${store.table}`);
+        if (options.json) return io.out(JSON.stringify(record));
+        const lease = record.lockedUntil
+          ? record.leaseExpired
+            ? `expired at ${iso(record.lockedUntil)}`
+            : `held until ${iso(record.lockedUntil)} (${Math.ceil(record.leaseRemainingMs / 1000)} s left)`
+          : 'none';
+        const lines: Array<[string, string]> = [
+          ['scope', record.scope],
+          ['key', record.key],
+          ['state', record.state],
+          ['recovery point', record.recoveryPoint],
+          ['phases', Object.keys(record.phaseResults).join(', ') || '-'],
+          ['lease', lease],
+          ['lock_version', record.lockVersion],
+          ['claim id', record.claimId],
+          ['fingerprint', record.fingerprint],
+          ['created', `${iso(record.createdAt)}${record.retentionExpired ? ' (past retention: counts as absent)' : ''}`],
+          ['finished', iso(record.finishedAt)],
+          [
+            'response',
+            record.response
+              ? `${record.response.status}, ${count(record.response.bytes)} bytes, headers: ${record.response.headers.map(([n]) => n).join(', ') || '-'}`
+              : '-',
+          ],
+        ];
+        for (const [name, value] of lines) io.out(`${(name + ':').padEnd(16)}${value}`);
+      });
+    });
+
+  // ---- stats ----------------------------------------------------------------------------
+  withConnection(program.command('stats'))
+    .description('rows by state, oldest row, rows past retention not yet swept, abandoned keys')
+    .addOption(retentionOption())
+    .action(async (options: ConnectionOptions & { retention: number }) => {
+      await withStore(options, async (store, db) => {
+        const stats = await store.stats(options.retention);
+        if (options.json) return io.out(JSON.stringify(stats));
+        io.out(`${store.table} in ${db.location} (${store.partitioning ? 'partitioned' : 'plain'}):`);
+        io.out(`  rows:                       ${count(stats.total)} (started ${count(stats.started)}, done ${count(stats.done)})`);
+        io.out(`  oldest row:                 ${iso(stats.oldest)}`);
+        io.out(`  past retention, unswept:    ${count(stats.expiredUnswept)}`);
+        io.out(`  in progress, lease expired: ${count(stats.abandoned)}`);
+        io.out(`  live leases:                ${count(stats.liveLeases)}`);
+        if (stats.partitions) {
+          io.out(`  partitions:                 ${stats.partitions.map((p) => p.day + (p.expired ? ' (expired)' : '')).join(', ') || '-'}`);
+        }
+      });
+    });
+
+  // ---- partitions -----------------------------------------------------------------------
+  withConnection(program.command('partitions'))
+    .description('partitioned table: create the daily partitions ahead (run at least daily) and list them')
+    .addOption(new Option('--days-ahead <days>', 'daily partitions to keep ready ahead of today').default(7).argParser(positiveInteger('--days-ahead')))
+    .action(async (options: ConnectionOptions & { daysAhead: number }) => {
+      await withStore(
+        { ...options, partitioned: false },
+        async (store) => {
+          if (!store.partitioning) throw new CliError(`table ${store.table} is not partitioned (create it with idem migrate --partitioned)`);
+          const created = await store.maintain();
+          const stats = await store.stats();
+          if (options.json) return io.out(JSON.stringify({ created, partitions: stats.partitions }));
+          io.out(created.length ? `Created partitions: ${created.join(', ')}.` : 'All partitions are in place.');
+          io.out(`Partitions of ${store.table}: ${(stats.partitions ?? []).map((p) => p.name).join(', ')}.`);
+        },
+        { mustExist: true, daysAhead: options.daysAhead },
+      );
+    });
+
+  // ---- complete -------------------------------------------------------------------------
+  // COMPLETE: `idem complete` (drive abandoned keys to completion) is wired here once the
+  // completer exists (issue 6, built by another change); register it like the commands above:
+  //   withConnection(program.command('complete')).description(...).action(...)
+
+  return program;
+}
+
+/** The package version, read from package.json next to src/ or dist/. */
+const VERSION: string = await (async () => {
+  try {
+    const { readFile } = await import('node:fs/promises');
+    const pkg = JSON.parse(await readFile(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+})();
+
+/**
+ * Runs the CLI on `argv` (as `process.argv`). Resolves to the exit code: 0 on success, 1 on
+ * any error, after printing it as one line `error: ...`.
+ */
+export async function run(argv: string[], io: CliIo = defaultIo): Promise<number> {
+  const program = buildProgram(io);
+  program.exitOverride();
+  for (const command of program.commands) command.exitOverride();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === 'commander.helpDisplayed' || code === 'commander.version' || code === 'commander.help') return 0;
+    if (typeof code === 'string' && code.startsWith('commander.')) return (error as { exitCode?: number }).exitCode || 1;
+    io.err(`error: ${describeError(error)}`);
+    return 1;
+  }
+}
