@@ -464,7 +464,8 @@ export function partitionedStatements(table: string): PartitionedStatements {
      * The plain migration with the partitioned table in place of the plain one: the same
      * columns, primary key (scope, key, created_at) as PostgreSQL requires, and the same
      * upgrade steps after it. Partitions are created by `maintain` (the store does it in
-     * `migrate`).
+     * `migrate`). No `<table>_blobs`: its foreign key cannot reference a partitioned table's
+     * (scope, key), so partitioned mode keeps bodies inline or in an external blob store.
      */
     migrate: [
       lock!,
@@ -472,7 +473,7 @@ export function partitionedStatements(table: string): PartitionedStatements {
       `CREATE TABLE IF NOT EXISTS ${t} (${columns(nextToken)}
         PRIMARY KEY (scope, key, created_at)
       ) PARTITION BY RANGE (created_at)`,
-      ...rest,
+      ...rest.filter((statement) => !statement.startsWith(`CREATE TABLE IF NOT EXISTS ${quoteTable(`${table}_blobs`)}`)),
     ],
 
     /**
