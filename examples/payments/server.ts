@@ -23,7 +23,8 @@ const host = env.HOST ?? '127.0.0.1';
 let db: Database | undefined;
 try {
   db = await openDatabase(env);
-  await migrate(db.client);
+  // IDEM_MIGRATE=0: the tables exist already (the chaos harness migrates once up front).
+  if (env.IDEM_MIGRATE !== '0') await migrate(db.client);
   const psp = new FakePsp(db.client, {
     latencyMs: Number(env.PSP_LATENCY_MS ?? 50),
     failureRate: Number(env.PSP_FAILURE_RATE ?? 0),
