@@ -19,6 +19,8 @@ if (!databaseUrl) {
   console.error('npm run chaos: set DATABASE_URL to a PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test); a fresh database is created on it and dropped after.');
   process.exit(2);
 }
+// Ctrl-C / a timeout: exit through process.exit so the harness kills its workers.
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));
 const { values } = parseArgs({
   options: {
     intents: { type: 'string' },
