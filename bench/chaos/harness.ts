@@ -16,6 +16,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
@@ -450,6 +451,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await proxy.close().catch(() => undefined);
     await pool.end().catch(() => undefined);
     await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => undefined);
+    rmSync(entry, { force: true });
     await admin.end().catch(() => undefined);
   }
 }
