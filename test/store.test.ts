@@ -415,6 +415,62 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
       });
     });
 
+    describe('completer: saveRequest and listAbandoned', () => {
+      const snapshot = { method: 'POST', url: '/v1/charges?x=1', contentType: 'application/json', body: new Uint8Array([0, 123, 255]) };
+      const list = (graceMs = 0) => ctx.store.listAbandoned({ limit: 100, graceMs, retentionMs: RETENTION_MS });
+
+      it('lists a started key whose lease expired, with its request snapshot byte for byte', async () => {
+        const token = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
+        assert.deepEqual(await ctx.store.saveRequest({ scope: 'tenant-1', key: 'k', token }, snapshot), { outcome: 'ok', value: undefined });
+        const found = await list();
+        assert.equal(found.length, 1, 'one abandoned key');
+        assert.equal(found[0]!.record.key, 'k');
+        assert.equal(found[0]!.record.token, token);
+        assert.deepEqual(found[0]!.request, snapshot, 'the snapshot round-trips, binary body included');
+      });
+
+      it('lists a released key and one without a snapshot (request undefined)', async () => {
+        const token = claimedToken(await ctx.store.claim(claimInput('k')));
+        await ctx.store.release({ scope: 'tenant-1', key: 'k', token });
+        const found = await list(60_000);
+        assert.deepEqual(found.map((a) => a.record.key), ['k'], 'a released lease counts at once, whatever the grace');
+        assert.equal(found[0]!.request, undefined);
+      });
+
+      it('never lists a live lease, a lease inside the grace, a finished key or a key past retention', async () => {
+        claimedToken(await ctx.store.claim(claimInput('live')));
+        claimedToken(await ctx.store.claim(claimInput('grace', { leaseMs: 0 })));
+        const done = claimedToken(await ctx.store.claim(claimInput('done', { leaseMs: 0 })));
+        await ctx.store.commit({ scope: 'tenant-1', key: 'done', token: done }, finishWith({ status: 201, headers: [], body: new Uint8Array() }));
+        claimedToken(await ctx.store.claim(claimInput('old', { leaseMs: 0 })));
+        await age('old');
+        assert.deepEqual(await list(60_000), [], 'grace 60 s: the just-expired lease is not abandoned yet');
+        assert.deepEqual((await list(0)).map((a) => a.record.key), ['grace']);
+      });
+
+      it('fences saveRequest: a stale token stores nothing', async () => {
+        const { stale } = await claimAndTakeOver('k');
+        assert.deepEqual(await ctx.store.saveRequest(stale, snapshot), { outcome: 'fenced' });
+        assert.equal((await rawRow('k'))?.request, null);
+      });
+
+      it('lets one of two completers take a listed key over (compare-and-set on the token)', async () => {
+        claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
+        const [a, b] = await Promise.all([list(), list()]);
+        const results = await Promise.all([a![0]!, b![0]!].map((x) => ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token: x.record.token }, LONG_LEASE_MS)));
+        assert.deepEqual(results.map((r) => r.outcome).sort(), ['lost', 'taken']);
+        assert.deepEqual(await list(), [], 'a taken-over key is no longer abandoned');
+      });
+
+      it('adds the request column to a table migrated before it existed', async () => {
+        await q(db.client).query(`ALTER TABLE "${ctx.table}" DROP COLUMN request`);
+        await ctx.store.migrate();
+        const token = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
+        await ctx.store.saveRequest({ scope: 'tenant-1', key: 'k', token }, snapshot);
+        assert.deepEqual((await list())[0]?.request, snapshot);
+      });
+    });
+
     describe('commit', () => {
       it('commits effects, recovery point and phase result together and renews the lease', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));

@@ -11,7 +11,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import { problemResponse } from '../../src/http/index.js';
+import type { IdemEvent } from '../../src/engine/execution.js';
+import { Completer, HttpIdempotency, type IdempotencyContext, type IdempotencyOptions, problemResponse } from '../../src/http/index.js';
 import { idempotency, type IdempotencyVariables } from '../../src/hono/index.js';
 import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
 import { FakePsp } from './psp.js';
@@ -32,6 +33,20 @@ export interface PaymentsAppOptions {
    * `after_psp`, `in_finish`). Never set in production.
    */
   crashAt?: string;
+  /**
+   * Fault injection for chaos runs: at every crash point, SIGKILL this process with this
+   * probability (0-1). Never set in production. @default 0
+   */
+  crashRate?: number;
+  /**
+   * Store a snapshot of each charge request so a {@link Completer} can finish charges whose
+   * client never retried (returned as `completer`). @default false
+   */
+  completer?: boolean;
+  /** How long after its lease ended a key counts as abandoned, in ms (see `CompleterOptions.graceMs`). @default 0 */
+  completerGraceMs?: number;
+  /** idem's protocol events (claimed, taken-over, lease-lost, …), for logs and counters. */
+  onEvent?: (event: IdemEvent) => void;
 }
 
 type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
@@ -49,9 +64,90 @@ const FORMAT = { stripe: true } as const;
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
   const store = new PostgresStore({ client: db });
+  const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
-    if (options.crashAt === point) process.kill(process.pid, 'SIGKILL');
+    if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
+      // One line first (stdout to a pipe is synchronous on Linux), so a chaos supervisor can
+      // tell a crash at a named point from one it injected from outside.
+      if (crashRate > 0) console.log(`payments-crash ${point}`);
+      process.kill(process.pid, 'SIGKILL');
+    }
   };
+  const idemOptions: IdempotencyOptions<Queryable> = {
+    store,
+    required: true,
+    leaseMs: options.leaseMs,
+    retentionMs: options.retentionMs,
+    scope: (req) => tenantOf(req.headers)!,
+    problems: FORMAT,
+    storeRequests: options.completer ?? false,
+    ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+    // One line per failed attempt; the client gets a 500 problem and its retry resumes.
+    onHandlerError: (error) => console.error(`payments: charge attempt failed, lease released: ${(error as Error)?.message ?? error}`),
+  };
+  /**
+   * `POST /v1/charges` for a claimed key, on the live route and in the completer alike: it
+   * needs only the request's content type and body bytes, and takes the tenant from the
+   * key's scope (the completer has no credentials).
+   */
+  async function createCharge(contentType: string | undefined, body: Uint8Array, idem: IdempotencyContext<Queryable>): Promise<Response> {
+    const parsed = parseChargeRequest(contentType, body);
+    if (!parsed.ok) {
+      // Rejected before any phase: idem does not store it and frees the key (400 is a
+      // discard status by default), so the client can fix the body and reuse the key.
+      return problem(400, 'invalid-request', 'Invalid charge request', parsed.detail, parsed.param);
+    }
+    const req = parsed.value;
+    const tenant = idem.scope; // the scope resolver returns the tenant
+
+    const charge = await idem.phase('charge_created', async (tx) => {
+      const id = 'ch_' + randomUUID().replaceAll('-', '');
+      const { rows } = await tx.query(
+        `INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer, metadata)
+         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) RETURNING ${CREATED}`,
+        [id, tenant, idem.key, req.amount, req.currency, req.customer, JSON.stringify(req.metadata)],
+      );
+      return { id, created: Number(rows[0]!.created) };
+    });
+    crash('after_charge_created');
+
+    const pspCharge = await idem.call('psp_charged', async (derivedKey) => {
+      const result = await psp.charge({ idempotencyKey: derivedKey, amount: req.amount, currency: req.currency, customer: req.customer });
+      crash('psp_unrecorded'); // the PSP charged, idem has not recorded it: only the derived key prevents a second charge
+      return result;
+    });
+    crash('after_psp');
+
+    return idem.respond(async (tx) => {
+      await tx.query(`UPDATE charges SET status = 'succeeded', psp_charge_id = $2 WHERE id = $1`, [charge.id, pspCharge.id]);
+      crash('in_finish');
+      return json(
+        {
+          id: charge.id,
+          object: 'charge',
+          amount: req.amount,
+          currency: req.currency,
+          customer: req.customer,
+          status: 'succeeded',
+          psp_charge_id: pspCharge.id,
+          metadata: req.metadata,
+          created: charge.created,
+        },
+        201,
+        { location: `/v1/charges/${charge.id}` },
+      );
+    });
+  }
+
+  // Same options as the route's middleware, so completion follows the same rules.
+  const completer = options.completer
+    ? new Completer<Queryable>({
+        http: new HttpIdempotency<Queryable>(idemOptions),
+        graceMs: options.completerGraceMs ?? 0,
+        run: async (req, idem) => createCharge(req.headers.get('content-type') ?? undefined, new Uint8Array(await req.arrayBuffer()), idem),
+      })
+    : undefined;
+
   const app = new Hono<Env>();
 
   app.get('/healthz', (c) => c.json({ ok: true }));
@@ -68,65 +164,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
       maxSize: MAX_BODY_BYTES,
       onError: () => problem(413, 'too-large', 'Request body too large', `Send at most ${MAX_BODY_BYTES} bytes.`),
     }),
-    idempotency<Queryable>({
-      store,
-      required: true,
-      leaseMs: options.leaseMs,
-      retentionMs: options.retentionMs,
-      scope: (req) => tenantOf(req.headers)!,
-      problems: FORMAT,
-      // One line per failed attempt; the client gets a 500 problem and its retry resumes.
-      onHandlerError: (error) => console.error(`payments: charge attempt failed, lease released: ${(error as Error)?.message ?? error}`),
-    }),
-    async (c) => {
-      const idem = c.get('idem')!;
-      const parsed = parseChargeRequest(c.req.header('content-type'), new Uint8Array(await c.req.arrayBuffer()));
-      if (!parsed.ok) {
-        // Rejected before any phase: idem does not store it and frees the key (400 is a
-        // discard status by default), so the client can fix the body and reuse the key.
-        return problem(400, 'invalid-request', 'Invalid charge request', parsed.detail, parsed.param);
-      }
-      const req = parsed.value;
-      const tenant = c.get('tenant');
-
-      const charge = await idem.phase('charge_created', async (tx) => {
-        const id = 'ch_' + randomUUID().replaceAll('-', '');
-        const { rows } = await tx.query(
-          `INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer, metadata)
-           VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) RETURNING ${CREATED}`,
-          [id, tenant, idem.key, req.amount, req.currency, req.customer, JSON.stringify(req.metadata)],
-        );
-        return { id, created: Number(rows[0]!.created) };
-      });
-      crash('after_charge_created');
-
-      const pspCharge = await idem.call('psp_charged', async (derivedKey) => {
-        const result = await psp.charge({ idempotencyKey: derivedKey, amount: req.amount, currency: req.currency, customer: req.customer });
-        crash('psp_unrecorded'); // the PSP charged, idem has not recorded it: only the derived key prevents a second charge
-        return result;
-      });
-      crash('after_psp');
-
-      return idem.respond(async (tx) => {
-        await tx.query(`UPDATE charges SET status = 'succeeded', psp_charge_id = $2 WHERE id = $1`, [charge.id, pspCharge.id]);
-        crash('in_finish');
-        return c.json(
-          {
-            id: charge.id,
-            object: 'charge',
-            amount: req.amount,
-            currency: req.currency,
-            customer: req.customer,
-            status: 'succeeded',
-            psp_charge_id: pspCharge.id,
-            metadata: req.metadata,
-            created: charge.created,
-          },
-          201,
-          { location: `/v1/charges/${charge.id}` },
-        );
-      });
-    },
+    idempotency<Queryable>(idemOptions),
+    async (c) => createCharge(c.req.header('content-type'), new Uint8Array(await c.req.arrayBuffer()), c.get('idem')!),
   );
 
   app.get('/v1/charges/:id', async (c) => {
@@ -150,7 +189,7 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
     return problem(500, 'internal', 'Internal error', 'The server failed; retry with the same Idempotency-Key.');
   });
 
-  return { app, store };
+  return { app, store, completer };
 }
 
 /** Creates idem's table and the example's tables. Safe to run on every start. */
@@ -175,6 +214,11 @@ function tenantOf(headers: Headers): string | undefined {
   const match = /^Bearer\s+(\S{1,255})\s*$/i.exec(headers.get('authorization') ?? '');
   if (!match) return undefined;
   return 'tenant:' + createHash('sha256').update(match[1]!).digest('base64url');
+}
+
+/** A JSON response, as `c.json` would make it, for code that also runs outside a route (the completer). */
+function json(value: unknown, status: number, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(value), { status, headers: { 'content-type': 'application/json', ...headers } });
 }
 
 function problem(status: number, kind: string, title: string, detail: string, param?: string, headers?: Record<string, string>) {

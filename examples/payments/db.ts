@@ -20,6 +20,9 @@ export async function openDatabase(env: NodeJS.ProcessEnv = process.env): Promis
   if (env.DATABASE_URL) {
     const { default: pg } = await import('pg');
     const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: Number(env.PG_POOL_MAX ?? 20) });
+    // An idle connection that breaks (server restart, network cut) is dropped from the pool;
+    // without a listener node-postgres would crash the process with it.
+    pool.on('error', (error) => console.error(`payments: idle database connection lost: ${error.message}`));
     const url = new URL(env.DATABASE_URL);
     url.password = '';
     return { client: pool, kind: 'postgres', location: url.toString(), close: () => pool.end() };

@@ -3,13 +3,18 @@
  * ./.idem-data) or on PostgreSQL when DATABASE_URL is set. PORT defaults to 3000.
  *
  * Environment: PSP_LATENCY_MS (50), PSP_FAILURE_RATE (0), IDEM_LEASE_MS (60000),
- * IDEM_RETENTION_MS (86400000), HOST (127.0.0.1), PG_POOL_MAX (20); PAYMENTS_CRASH_AT is a
- * test-only fault (see app.ts).
+ * IDEM_RETENTION_MS (86400000), HOST (127.0.0.1), PG_POOL_MAX (20),
+ * IDEM_COMPLETER_INTERVAL_MS (10000; 0 turns the background completer and the request
+ * snapshots it needs off), IDEM_COMPLETER_GRACE_MS (10000: how long after its lease ended a
+ * key counts as abandoned, so a client's own retry usually gets there first), IDEM_EVENT_LOG (1: one `idem-event {json}` line per taken-over /
+ * lease-lost / discarded event, for chaos runs). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
+ * are test-only faults (see app.ts).
  */
 import { serve } from '@hono/node-server';
 import { createPaymentsApp, migrate } from './app.js';
 import { type Database, openDatabase } from './db.js';
 import { FakePsp } from './psp.js';
+import type { IdemEvent } from '../../src/engine/execution.js';
 
 const env = process.env;
 const port = Number(env.PORT ?? 3000);
@@ -18,18 +23,27 @@ const host = env.HOST ?? '127.0.0.1';
 let db: Database | undefined;
 try {
   db = await openDatabase(env);
-  await migrate(db.client);
+  // IDEM_MIGRATE=0: the tables exist already (the chaos harness migrates once up front).
+  if (env.IDEM_MIGRATE !== '0') await migrate(db.client);
   const psp = new FakePsp(db.client, {
     latencyMs: Number(env.PSP_LATENCY_MS ?? 50),
     failureRate: Number(env.PSP_FAILURE_RATE ?? 0),
   });
-  const { app } = createPaymentsApp({
+  const completerIntervalMs = Number(env.IDEM_COMPLETER_INTERVAL_MS ?? 10_000);
+  if (!(completerIntervalMs >= 0)) throw new Error('IDEM_COMPLETER_INTERVAL_MS must be a number of ms >= 0');
+  const { app, completer } = createPaymentsApp({
     db: db.client,
     psp,
     leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
     retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
     crashAt: env.PAYMENTS_CRASH_AT,
+    crashRate: Number(env.PAYMENTS_CRASH_RATE ?? 0),
+    completer: completerIntervalMs > 0,
+    completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
+    ...(env.IDEM_EVENT_LOG === '1' ? { onEvent: logEvent } : {}),
   });
+  // Finishes charges whose client never retried (see src/http/completer.ts).
+  completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
   const opened = db;
   const server = serve({ fetch: app.fetch, port, hostname: host }, (info) => {
     const url = `http://${host}:${info.port}`;
@@ -51,6 +65,7 @@ Try:
       if (stopping) return;
       stopping = true;
       server.close(() => {
+        void completer?.stop();
         opened.close().finally(() => process.exit(0));
       });
       setTimeout(() => process.exit(0), 3000).unref();
@@ -68,4 +83,11 @@ function fail(message: string): never {
   else done();
   // process.exit above runs once the database is closed
   return undefined as never;
+}
+
+/** Events a chaos supervisor counts: takeovers, fenced (stale) writes, discards. */
+function logEvent(event: IdemEvent): void {
+  if (event.type === 'taken-over' || event.type === 'lease-lost' || event.type === 'discarded') {
+    console.log(`idem-event ${JSON.stringify({ type: event.type, key: event.key, token: event.token })}`);
+  }
 }

@@ -150,13 +150,9 @@ export class IdempotencyEngine<Tx = unknown> {
             this.emit('in-progress', scope, key);
             return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
           case 'take-over': {
-            const taken = await this.store.takeOver({ scope, key, token: record.token }, this.leaseMs);
-            if (taken.outcome === 'lost') continue;
-            this.emit('taken-over', scope, key, taken.token);
-            return {
-              kind: 'execute',
-              execution: this.execution(scope, key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults),
-            };
+            const execution = await this.takeOver({ scope, key, token: record.token });
+            if (!execution) continue;
+            return { kind: 'execute', execution };
           }
         }
       }
@@ -166,6 +162,23 @@ export class IdempotencyEngine<Tx = unknown> {
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     }
+  }
+
+  /**
+   * Takes over a `started` key found abandoned (a completer's work item, issue 4): a
+   * compare-and-set on `ref.token`, exactly as a retry takes over (seed statement 3). The
+   * execution resumes after the last committed phase, with the key's claim id, so derived
+   * keys of downstream calls stay the same.
+   *
+   * @returns the execution, or `undefined` when another worker (a retry, another completer)
+   *   took the key over first, renewed its lease, or finished it.
+   * @throws whatever the store throws (it is unreachable); nothing was taken over.
+   */
+  async takeOver(ref: { scope: string; key: string; token: number }): Promise<Execution<Tx> | undefined> {
+    const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, this.leaseMs);
+    if (taken.outcome === 'lost') return undefined;
+    this.emit('taken-over', ref.scope, ref.key, taken.token);
+    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults);
   }
 
   private execution(scope: string, key: string, token: number, claimId: string, recoveryPoint: string, results: Record<string, unknown>) {

@@ -3,6 +3,7 @@ import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableEr
 import { fingerprint } from '../core/fingerprint.js';
 import { parseIdempotencyKey, validateKey } from '../core/key.js';
 import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import type { Execution } from '../engine/execution.js';
 import { IdempotencyContext } from './context.js';
 import { idemProblem, ProblemKind, type ProblemFormat } from './problem.js';
 import { captureResponse, replayHeaderFilter, replayResponse, type ResponseCapture } from './response.js';
@@ -87,6 +88,14 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
   retryAfterS?: number;
   /** Format of idem's own error bodies (Stripe `error` member, docs link). */
   problems?: ProblemFormat;
+  /**
+   * Store a snapshot of each protected request (method, path with query, content type, body
+   * bytes; never `Authorization` or `Cookie`) with its key, before the handler runs, so a
+   * {@link Completer} can finish work whose client never retried. Costs one fenced write per
+   * execution. Needs a store with `saveRequest` (the PostgreSQL store has it).
+   * @default false
+   */
+  storeRequests?: boolean;
   /** Called with every error a handler throws (after the client's response is decided). @default console.error */
   onHandlerError?: (error: unknown, context: IdempotencyContext<Tx>) => void;
 }
@@ -130,6 +139,9 @@ export class HttpIdempotency<Tx = unknown> {
     this.problems = options.problems ?? {};
     if (options.retryAfterS !== undefined && !(Number.isInteger(options.retryAfterS) && options.retryAfterS >= 1)) {
       throw new InvalidOptionError('idem: retryAfterS must be a whole number of seconds >= 1');
+    }
+    if (options.storeRequests && typeof this.engine.store.saveRequest !== 'function') {
+      throw new InvalidOptionError('idem: storeRequests needs a store with saveRequest (e.g. PostgresStore)');
     }
     if (![undefined, 400, 409, 422].includes(options.mismatchStatus)) {
       throw new InvalidOptionError('idem: mismatchStatus must be 400, 409 or 422');
@@ -179,7 +191,7 @@ export class HttpIdempotency<Tx = unknown> {
       begun = await this.engine.begin({ scope, key, fingerprint: fp });
     } catch (error) {
       if (error instanceof StoreUnavailableError) {
-        return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', { 'retry-after': '1' });
+        return this.storeUnavailable();
       }
       // A scope resolver that throws, or returns an invalid scope, is a bug in the app:
       // surface it to the framework's error handling. Nothing was claimed.
@@ -203,6 +215,10 @@ export class HttpIdempotency<Tx = unknown> {
         });
       }
       case 'execute': {
+        if (this.options.storeRequests) {
+          const failed = await this.saveRequest(begun.execution, request);
+          if (failed) return { kind: 'respond', response: failed };
+        }
         const context = new IdempotencyContext<Tx>(begun.execution, this.capture);
         return {
           kind: 'execute',
@@ -237,6 +253,48 @@ export class HttpIdempotency<Tx = unknown> {
       return prepared.fail(error);
     }
     return prepared.complete(response);
+  }
+
+  /**
+   * Runs `handler` for an execution taken over without its client (a {@link Completer}),
+   * with the same completion rules as a live request: the returned response is stored, a
+   * throw releases the lease (recovery point kept), a lost lease stores nothing.
+   *
+   * @returns the response stored (or the problem a live client would have got)
+   */
+  async resume(
+    execution: Execution<Tx>,
+    request: Request,
+    handler: (request: Request, context: IdempotencyContext<Tx>) => Response | Promise<Response>,
+  ): Promise<Response> {
+    const context = new IdempotencyContext<Tx>(execution, this.capture);
+    let response: Response;
+    try {
+      response = await handler(request, context);
+    } catch (error) {
+      return this.fail(context, error);
+    }
+    return this.complete(context, response);
+  }
+
+  /**
+   * Stores the request snapshot before the handler runs (option `storeRequests`).
+   * @returns a problem response when it could not be stored (the lease is then released), else undefined
+   */
+  private async saveRequest(execution: Execution<Tx>, request: HttpRequestInput): Promise<Response | undefined> {
+    const url = new URL(request.url, 'http://idem.invalid');
+    try {
+      const saved = await this.engine.store.saveRequest!(
+        { scope: execution.scope, key: execution.key, token: execution.token },
+        { method: request.method.toUpperCase(), url: url.pathname + url.search, contentType: request.headers.get('content-type'), body: request.body },
+      );
+      if (saved.outcome === 'ok') return undefined;
+    } catch {
+      await execution.release().catch(() => undefined);
+      return this.storeUnavailable().response;
+    }
+    await execution.release().catch(() => undefined); // fenced: stops the heartbeat, reports lease-lost
+    return this.leaseLost();
   }
 
   private async complete(context: IdempotencyContext<Tx>, response: Response): Promise<Response> {
@@ -281,6 +339,10 @@ export class HttpIdempotency<Tx = unknown> {
     }
     await execution.release().catch(() => undefined);
     return problem;
+  }
+
+  private storeUnavailable(): { kind: 'respond'; response: Response } {
+    return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', { 'retry-after': '1' });
   }
 
   private leaseLost(): Response {

@@ -92,6 +92,12 @@ export function toExecutor(client: SqlClient): SqlExecutor {
       queryOn: (tx, text, params) => named(tx, text, params),
       async transaction(fn) {
         const conn = await pool.connect();
+        // A connection that breaks between two statements of the transaction (no query in
+        // flight) emits 'error' on the client; unheard, that would crash the process. The
+        // next statement fails instead, and the catch below discards the connection.
+        const events = conn as unknown as { on?(event: 'error', fn: () => void): void; off?(event: 'error', fn: () => void): void };
+        const ignore = () => undefined;
+        events.on?.('error', ignore);
         try {
           await conn.query('BEGIN');
           const value = await fn(conn);
@@ -107,6 +113,8 @@ export function toExecutor(client: SqlClient): SqlExecutor {
             conn.release(rollbackError as Error);
           }
           throw error;
+        } finally {
+          events.off?.('error', ignore);
         }
       },
     };

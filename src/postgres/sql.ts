@@ -79,6 +79,8 @@ export interface Statements {
   inspect: string;
   stats: string;
   tableKind: string;
+  saveRequest: string;
+  listAbandoned: string;
 }
 
 /**
@@ -186,6 +188,17 @@ export function statements(table: string): Statements {
         PRIMARY KEY (scope, key),
         FOREIGN KEY (scope, key) REFERENCES ${t} (scope, key) ON DELETE CASCADE
       )`,
+      // Completer (issue 4): the request snapshot, NULL unless the app opted in. Added only
+      // when missing, so an up-to-date table takes no lock.
+      `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '${t.replaceAll("'", "''")}'::regclass
+            AND attname = 'request' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN request jsonb;
+        END IF;
+      END $$`,
+      // Completer: finds started keys by lease end without scanning finished rows. Partial,
+      // so it holds only keys in flight (a few per worker), not the retained history.
+      `CREATE INDEX IF NOT EXISTS "${bare}_started_idx" ON ${t} (locked_until) WHERE state = 'started'`,
     ],
 
     /**
@@ -426,6 +439,29 @@ export function statements(table: string): Statements {
      * $1 scope, $2 key, $3 blob id.
      */
     blobDelete: `DELETE FROM ${blobs} WHERE scope = $1 AND key = $2 AND id = $3`,
+
+    /**
+     * Completer: the request snapshot of a key this worker holds, written right after the
+     * claim and before the work starts, fenced by the token. So a started key without a
+     * snapshot never ran its handler (when the completer is on).
+     * $1 scope, $2 key, $3 token, $4 snapshot as JSON text.
+     */
+    saveRequest: `UPDATE ${t} SET request = $4::jsonb
+      WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
+      RETURNING 1 AS ok`,
+
+    /**
+     * Completer: started keys within retention whose lease ended at least $1 ms ago, or was
+     * released (NULL), oldest first; uses the partial index on started keys. A plain read:
+     * the completer then takes each over with \`takeOver\`, a compare-and-set on the token,
+     * so two completers (or a completer and a client retry) never both drive one key.
+     * $1 grace ms, $2 retention ms, $3 limit.
+     */
+    listAbandoned: `SELECT ${ROW}, request FROM ${t}
+      WHERE state = 'started'
+        AND (locked_until IS NULL OR locked_until <= now() - $1::int8 * interval '1 millisecond')
+        AND created_at > now() - $2::int8 * interval '1 millisecond'
+      ORDER BY locked_until NULLS FIRST LIMIT $3`,
   };
 }
 

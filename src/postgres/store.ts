@@ -4,6 +4,7 @@ import { DEFAULT_RETENTION_MS, KeyState } from '../core/constants.js';
 import { sameFingerprint } from '../core/fingerprint.js';
 import { InvalidOptionError, ResponseUnreadableError, UnknownKeyIdError } from '../core/errors.js';
 import type {
+  AbandonedKey,
   ClaimInput,
   ClaimResult,
   CommitRecord,
@@ -12,6 +13,7 @@ import type {
   KeyRecord,
   KeyRef,
   PhaseResults,
+  RequestSnapshot,
   StoredResponse,
   TakeOverResult,
 } from '../store/types.js';
@@ -557,6 +559,27 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return this.toRecord(row, scope, key);
   }
 
+  async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
+    const snapshot = JSON.stringify({
+      method: request.method,
+      url: request.url,
+      contentType: request.contentType,
+      body: request.body ? Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString('base64') : null,
+    });
+    const { rows } = await this.db.query(this.sql.saveRequest, [ref.scope, ref.key, ref.token, snapshot]);
+    return rows.length > 0 ? { outcome: 'ok', value: undefined } : { outcome: 'fenced' };
+  }
+
+  async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
+    const { rows } = await this.db.query(this.sql.listAbandoned, [Math.max(0, Math.floor(options.graceMs)), options.retentionMs, options.limit]);
+    return rows.map((row) => {
+      const abandoned: AbandonedKey = { record: toRecord(row, String(row.scope), String(row.key)) };
+      const request = toSnapshot(row.request);
+      if (request) abandoned.request = request;
+      return abandoned;
+    });
+  }
+
   /**
    * Deletes rows past retention (seed step 6): rows created at or before `now() - retentionMs`
    * (database clock, fixed when the sweep starts) whose lease is not valid. A plain table is
@@ -771,4 +794,17 @@ function toRecord(row: Record<string, unknown>, scope: string, key: string): Key
     record.response = response;
   }
   return record;
+}
+
+/** The stored request snapshot (jsonb, body in base64), or undefined when none was stored. */
+function toSnapshot(value: unknown): RequestSnapshot | undefined {
+  if (!value || typeof value !== 'object') return undefined;
+  const v = value as { method?: unknown; url?: unknown; contentType?: unknown; body?: unknown };
+  if (typeof v.method !== 'string' || typeof v.url !== 'string') return undefined;
+  return {
+    method: v.method,
+    url: v.url,
+    contentType: typeof v.contentType === 'string' ? v.contentType : null,
+    body: typeof v.body === 'string' ? new Uint8Array(Buffer.from(v.body, 'base64')) : null,
+  };
 }

@@ -48,6 +48,29 @@ export interface KeyRecord {
   createdAt: Date;
 }
 
+/**
+ * What a completer needs of a request to run it again without its client (issue 4, Brandur
+ * Leach's completer): method, path with query, content type and the exact body bytes.
+ * Credentials (`Authorization`, `Cookie`) are never part of it; the key's scope says who sent it.
+ */
+export interface RequestSnapshot {
+  /** HTTP method, upper case. */
+  method: string;
+  /** Path with query, e.g. `/v1/charges?expand=x`. */
+  url: string;
+  /** The request's `Content-Type`, or `null`. */
+  contentType: string | null;
+  /** Raw body bytes, or `null` for none. */
+  body: Uint8Array | null;
+}
+
+/** A `started` key whose lease expired (or was released) with no worker on it: a completer's work item. */
+export interface AbandonedKey {
+  record: KeyRecord;
+  /** The request as stored by `saveRequest`, or `undefined` when none was stored. */
+  request?: RequestSnapshot;
+}
+
 /** Input of a claim (seed step 3). */
 export interface ClaimInput {
   scope: string;
@@ -124,4 +147,19 @@ export interface IdempotencyStore<Tx = unknown> {
 
   /** Reads a key, or `undefined` when absent or past retention. */
   get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined>;
+
+  /**
+   * Optional (completer). Stores the request snapshot on a key this worker holds, fenced by
+   * the token, so a completer can finish the work if the client never retries. Called before
+   * the work starts.
+   */
+  saveRequest?(ref: KeyRef, request: RequestSnapshot): Promise<Fenced>;
+
+  /**
+   * Optional (completer). Lists up to `limit` keys that are `started`, within retention, and
+   * whose lease ended at least `graceMs` ms ago (or was released), oldest lease first. Only a
+   * read: the caller takes each over with {@link takeOver}, a compare-and-set on the token, so
+   * two completers never drive the same key.
+   */
+  listAbandoned?(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]>;
 }

@@ -1,0 +1,51 @@
+/**
+ * One completer pass over the example's database, then exit: finishes charges whose worker
+ * crashed and whose client never retried (src/http/completer.ts). The server runs the same
+ * pass in the background every IDEM_COMPLETER_INTERVAL_MS; this is the one-shot form, for a
+ * cron job or an `idem complete` command.
+ *
+ *   DATABASE_URL=postgres://… npx tsx examples/payments/complete.ts
+ *
+ * Environment as for server.ts (DATABASE_URL or IDEM_DATA_DIR, PSP_*, IDEM_LEASE_MS,
+ * IDEM_RETENTION_MS). Prints the pass's report as JSON.
+ */
+import { pathToFileURL } from 'node:url';
+import type { CompleterReport } from '../../src/http/index.js';
+import { createPaymentsApp, migrate } from './app.js';
+import { openDatabase } from './db.js';
+import { FakePsp } from './psp.js';
+
+/**
+ * Opens the example's database, runs one completer pass, closes the database.
+ *
+ * @param env where to find the database and the example's settings (like server.ts)
+ * @returns what the pass did: found / completed / discarded / failed / lost / skipped keys
+ * @throws when the database is unreachable
+ */
+export async function runCompleterOnce(env: NodeJS.ProcessEnv = process.env): Promise<CompleterReport> {
+  const db = await openDatabase(env);
+  try {
+    await migrate(db.client);
+    const psp = new FakePsp(db.client, { latencyMs: Number(env.PSP_LATENCY_MS ?? 50), failureRate: Number(env.PSP_FAILURE_RATE ?? 0) });
+    const { completer } = createPaymentsApp({
+      db: db.client,
+      psp,
+      leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
+      retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
+      completer: true,
+    });
+    return await completer!.runOnce();
+  } finally {
+    await db.close();
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  runCompleterOnce().then(
+    (report) => console.log(JSON.stringify(report)),
+    (error) => {
+      console.error(`idem example: completer failed: ${(error as Error)?.message ?? error}`);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,38 @@
+/**
+ * The short chaos run (issue 4): the fault-injection harness of bench/chaos on real
+ * PostgreSQL, idem and the naive baseline side by side, small enough for CI. Every invariant
+ * must hold for idem; the naive baseline must show duplicates (so the harness is shown to
+ * catch double charges). The long run is `npm run chaos` (docs/reliability.md).
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { DEFAULTS, runChaos, type ChaosOptions } from '../bench/chaos/harness.js';
+import { figuresTable } from '../bench/chaos/report.js';
+
+const url = process.env.DATABASE_URL;
+const SKIP = url ? false : 'DATABASE_URL is not set: the chaos run needs a real PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test)';
+
+/** The long run's faults on a few dozen intents; a named-point crash rate high enough that each run meets some. */
+const SHORT: Omit<ChaosOptions, 'databaseUrl' | 'mode'> = {
+  ...DEFAULTS,
+  intents: 24,
+  concurrency: 12,
+  crashRate: 0.02,
+  horizonMs: 120_000,
+};
+
+describe('chaos (short run)', { skip: SKIP }, () => {
+  it('idem holds every invariant under crashes, cut connections, frozen workers and PSP failures; the naive baseline double-charges', { timeout: 300_000 }, async () => {
+    const idem = await runChaos({ ...SHORT, databaseUrl: url!, mode: 'idem' });
+    // The naive baseline needs no help to fail: concurrent duplicates and PSP failures alone
+    // double-charge, so it runs without the slow faults, to keep CI short.
+    const naive = await runChaos({ ...SHORT, intents: 16, duplicateRate: 0.5, pspFailureRate: 0.2, killEveryMs: 0, pauseEveryMs: 0, cutEveryMs: 0, databaseUrl: url!, mode: 'naive' });
+    const table = figuresTable(idem, naive);
+    assert.deepEqual(idem.violations, [], `idem invariants violated:\n${table}`);
+    assert.equal(idem.duplicates.psp, 0, 'one PSP charge per intent');
+    assert.equal(idem.duplicates.local, 0, 'one local charge row per intent');
+    assert.ok(idem.crashes.total > 0, `crashes were injected:\n${table}`);
+    assert.ok(idem.connectionsCut.total > 0, `connections were cut:\n${table}`);
+    assert.ok(naive.duplicates.psp + naive.duplicates.local > 0, `the naive baseline must show duplicates:\n${table}`);
+  });
+});
