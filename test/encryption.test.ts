@@ -114,6 +114,17 @@ for (const engine of engines) {
       );
     });
 
+    it('inspect names the key id and opens the sealed headers only with the key', async () => {
+      const t = await setup();
+      await t.write(t.engineWith(K1_ONLY), 'inline', personal());
+      const withKey = await t.storeWith(K1_ONLY).inspect('s', 'inline');
+      assert.equal(withKey?.response?.keyId, 'k1', 'the key id is reported');
+      assert.deepEqual(withKey?.response?.headers, personal().headers, 'sealed headers opened with the configured key');
+      const withoutKey = await t.storeWith().inspect('s', 'inline');
+      assert.equal(withoutKey?.response?.keyId, 'k1', 'the key id is reported without the key too');
+      assert.deepEqual(withoutKey?.response?.headers, [], 'without the key nothing of the sealed headers is shown');
+    });
+
     it('refuses to replay with the wrong key under the same key id (ResponseUnreadableError)', async () => {
       const t = await setup();
       await t.write(t.engineWith(K1_ONLY), 'k', personal());

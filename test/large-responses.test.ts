@@ -71,6 +71,20 @@ for (const engine of engines) {
       return { ...fresh, store, idem, sql, blobCount, rowCount, row, age, finishAndReplay };
     }
 
+    it('inspect reports where the body lives and its real size (out of line and inline)', async () => {
+      const t = await setup({ inlineMaxBytes: 1024 });
+      await t.finishAndReplay('outside', binaryBody(4096));
+      await t.finishAndReplay('inside', binaryBody(512));
+      const outside = await t.store.inspect('s', 'outside');
+      assert.equal(outside?.response?.storage, 'out-of-line', 'a body above the threshold is reported out of line');
+      assert.equal(outside?.response?.bytes, 4096, 'the out-of-line size is the blob size, not the empty inline column');
+      assert.deepEqual(outside?.response?.headers.map(([n]) => n), ['content-type', 'etag'], 'header names shown');
+      const inside = await t.store.inspect('s', 'inside');
+      assert.equal(inside?.response?.storage, 'inline', 'a small body is reported inline');
+      assert.equal(inside?.response?.bytes, 512, 'inline size');
+      assert.equal(inside?.response?.keyId, null, 'plaintext');
+    });
+
     it('replays a 5 MB binary response byte-identical, stored out of line with a pointer in the row', async () => {
       const t = await setup();
       const body = binaryBody(FIVE_MB);

@@ -10,7 +10,8 @@
  * IDEM_RETENTION_MS). Prints the pass's report as JSON.
  */
 import { pathToFileURL } from 'node:url';
-import type { CompleterReport } from '../../src/http/index.js';
+import type { Completer, CompleterReport } from '../../src/http/index.js';
+import type { Queryable, SqlClient } from '../../src/postgres/index.js';
 import { createPaymentsApp, migrate } from './app.js';
 import { openDatabase } from './db.js';
 import { FakePsp } from './psp.js';
@@ -25,19 +26,30 @@ import { FakePsp } from './psp.js';
 export async function runCompleterOnce(env: NodeJS.ProcessEnv = process.env): Promise<CompleterReport> {
   const db = await openDatabase(env);
   try {
-    await migrate(db.client);
-    const psp = new FakePsp(db.client, { latencyMs: Number(env.PSP_LATENCY_MS ?? 50), failureRate: Number(env.PSP_FAILURE_RATE ?? 0) });
-    const { completer } = createPaymentsApp({
-      db: db.client,
-      psp,
-      leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
-      retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
-      completer: true,
-    });
-    return await completer!.runOnce();
+    return await (await createCompleter({ client: db.client }, env)).runOnce();
   } finally {
     await db.close();
   }
+}
+
+/**
+ * The example's completer on an open connection, for `idem complete --app
+ * examples/payments/complete.ts` (the CLI opens the database and calls this).
+ *
+ * @param context the CLI's connection (the example always uses its default table)
+ * @param env the example's settings (PSP_*, IDEM_LEASE_MS, IDEM_RETENTION_MS)
+ */
+export async function createCompleter(context: { client: SqlClient }, env: NodeJS.ProcessEnv = process.env): Promise<Completer<Queryable>> {
+  await migrate(context.client);
+  const psp = new FakePsp(context.client, { latencyMs: Number(env.PSP_LATENCY_MS ?? 50), failureRate: Number(env.PSP_FAILURE_RATE ?? 0) });
+  const { completer } = createPaymentsApp({
+    db: context.client,
+    psp,
+    leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
+    retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
+    completer: true,
+  });
+  return completer!;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

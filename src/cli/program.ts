@@ -11,6 +11,11 @@ import ms from 'ms';
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { PostgresStore, type SweepProgress } from '../postgres/index.js';
 import { statements } from '../postgres/sql.js';
+import type { Completer } from '../http/index.js';
+import type { SqlClient } from '../postgres/client.js';
+
+/** What `idem complete --app <module>` calls: the app's completer on the CLI's connection. */
+export type CreateCompleter = (context: { client: SqlClient; table: string }) => Completer<any> | Promise<Completer<any>>; // any: the app picks its transaction type
 import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
 
 /** Options every command takes. */
@@ -250,7 +255,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
           [
             'response',
             record.response
-              ? `${record.response.status}, ${count(record.response.bytes)} bytes, headers: ${record.response.headers.map(([n]) => n).join(', ') || '-'}`
+              ? `${record.response.status}, ${count(record.response.bytes)} bytes ${record.response.storage}${record.response.keyId ? `, sealed with key ${record.response.keyId}` : ''}, headers: ${record.response.headers.map(([n]) => n).join(', ') || '-'}`
               : '-',
           ],
         ];
@@ -298,9 +303,36 @@ export function buildProgram(io: CliIo = defaultIo): Command {
     });
 
   // ---- complete -------------------------------------------------------------------------
-  // COMPLETE: `idem complete` (drive abandoned keys to completion) is wired here once the
-  // completer exists (issue 6, built by another change); register it like the commands above:
-  //   withConnection(program.command('complete')).description(...).action(...)
+  withConnection(program.command('complete'))
+    .description('one completer pass: take over keys whose lease expired with no retry coming and drive them to completion from their recovery point')
+    .requiredOption(
+      '--app <module>',
+      'module exporting createCompleter({ client, table }) that returns your app\'s Completer (it knows how to run a stored request)',
+    )
+    .action(async (options: ConnectionOptions & { app: string }) => {
+      await withStore(options, async (store, db) => {
+        const { pathToFileURL } = await import('node:url');
+        const { resolve } = await import('node:path');
+        let mod: { createCompleter?: unknown };
+        try {
+          mod = (await import(pathToFileURL(resolve(options.app)).href)) as { createCompleter?: unknown };
+        } catch (error) {
+          throw new CliError(`--app: cannot load ${options.app}: ${describeError(error)}`);
+        }
+        if (typeof mod.createCompleter !== 'function') {
+          throw new CliError(`--app: ${options.app} does not export a function createCompleter({ client, table })`);
+        }
+        const completer = (await (mod.createCompleter as CreateCompleter)({ client: db.client, table: store.table })) as Partial<Completer>;
+        if (typeof completer?.runOnce !== 'function') throw new CliError(`--app: createCompleter() did not return a Completer (no runOnce)`);
+        const report = await completer.runOnce();
+        if (options.json) return io.out(JSON.stringify(report));
+        io.out(
+          `Completer pass on ${store.table} in ${db.location}: ${count(report.found)} abandoned found, ${count(report.completed)} completed, ` +
+            `${count(report.discarded)} discarded (nothing had run), ${count(report.failed)} failed, ${count(report.lost)} taken by another worker, ` +
+            `${count(report.skipped)} skipped (no stored request).`,
+        );
+      });
+    });
 
   return program;
 }

@@ -136,7 +136,18 @@ export interface KeyInspection {
   lockedUntil: Date | null;
   leaseExpired: boolean;
   leaseRemainingMs: number;
-  response: { status: number; headers: Array<[string, string]>; bytes: number } | null;
+  /**
+   * The stored response, summarised: status, replayed headers (opened when sealed and the key
+   * is configured; empty when it cannot be opened), body size in bytes as stored (ciphertext
+   * when sealed), where the body lives, and the key id it was sealed with (null: plaintext).
+   */
+  response: {
+    status: number;
+    headers: Array<[string, string]>;
+    bytes: number;
+    storage: 'inline' | 'out-of-line';
+    keyId: string | null;
+  } | null;
   createdAt: Date;
   finishedAt: Date | null;
   retentionExpired: boolean;
@@ -690,6 +701,25 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    * summarised (status, headers, body size).
    * @param retentionMs only to report `retentionExpired` @default 86_400_000 (24 h)
    */
+  /** The response summary of {@link inspect}: never the body, and never an error for a row it cannot open. */
+  private async inspectResponse(row: Record<string, unknown>, scope: string, key: string): Promise<NonNullable<KeyInspection['response']>> {
+    const keyId = row.response_key_id === null || row.response_key_id === undefined ? null : String(row.response_key_id);
+    const outOfLine = row.response_body_ref !== null && row.response_body_ref !== undefined;
+    let headers: Array<[string, string]> = [];
+    if (keyId === null) headers = (row.response_headers ?? []) as Array<[string, string]>;
+    else if (this.cipher && typeof row.response_headers === 'string') {
+      try {
+        const plain = this.cipher.open(Buffer.from(row.response_headers, 'base64'), responseAad(scope, key, 'headers'));
+        headers = JSON.parse(new TextDecoder().decode(plain)) as Array<[string, string]>;
+      } catch {
+        headers = [];
+      }
+    }
+    let bytes = Number(row.response_bytes ?? 0);
+    if (outOfLine) bytes = (await this.blobs.get(blobRef(row, scope, key)).catch(() => undefined))?.length ?? 0;
+    return { status: Number(row.response_status), headers, bytes, storage: outOfLine ? 'out-of-line' : 'inline', keyId };
+  }
+
   async inspect(scope: string, key: string, retentionMs: number = DEFAULT_RETENTION_MS): Promise<KeyInspection | undefined> {
     const row = (await this.db.query(this.sql.inspect, [scope, key, retentionMs])).rows[0];
     if (!row) return undefined;
@@ -706,14 +736,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
       lockedUntil: date(row.locked_until),
       leaseExpired: row.lease_expired === true,
       leaseRemainingMs: Number(row.lease_remaining_ms ?? 0),
-      response:
-        row.response_status === null || row.response_status === undefined
-          ? null
-          : {
-              status: Number(row.response_status),
-              headers: (row.response_headers ?? []) as Array<[string, string]>,
-              bytes: Number(row.response_bytes ?? 0),
-            },
+      response: row.response_status === null || row.response_status === undefined ? null : await this.inspectResponse(row, scope, key),
       createdAt: date(row.created_at)!,
       finishedAt: date(row.finished_at),
       retentionExpired: row.retention_expired === true,
