@@ -10,11 +10,13 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { tableName } from './helpers/engines.js';
 import type { Queryable } from '../src/postgres/client.js';
+import { HttpIdempotency } from '../src/http/index.js';
+import { PostgresStore } from '../src/postgres/index.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'src/cli/main.ts');
@@ -90,6 +92,7 @@ function postgresBackend(url: string): Backend {
     table,
     sql: (fn) => fn(pool as unknown as Queryable),
     async cleanup() {
+      await pool.query(`DROP TABLE IF EXISTS "${table}_blobs"`);
       await pool.query(`DROP TABLE IF EXISTS "${table}"`);
       await pool.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
       await pool.end();
@@ -101,7 +104,7 @@ describe('idem CLI basics', { timeout: TIMEOUT_MS }, () => {
   it('prints help listing every command, exit 0', async () => {
     const r = await idem(['--help']);
     assert.equal(r.code, 0, r.stderr);
-    for (const command of ['migrate', 'sweep', 'inspect', 'stats', 'partitions']) assert.match(r.stdout, new RegExp(`\\n  ${command}`), command);
+    for (const command of ['migrate', 'sweep', 'inspect', 'stats', 'complete', 'partitions']) assert.match(r.stdout, new RegExp(`\\n  ${command}`), command);
     const sweep = await idem(['sweep', '--help']);
     assert.equal(sweep.code, 0);
     for (const option of ['--dry-run', '--batch-size', '--max-duration', '--retention', '--database-url', '--table']) {
@@ -217,7 +220,7 @@ for (const make of backends) {
       assert.match(r.stdout, /^phases: +charge_created$/m);
       assert.match(r.stdout, /^lease: +none$/m);
       assert.match(r.stdout, /^lock_version: +4242$/m);
-      assert.match(r.stdout, /^response: +201, 8 bytes, headers: content-type$/m);
+      assert.match(r.stdout, /^response: +201, 8 bytes inline, headers: content-type$/m);
       const json = JSON.parse((await idem(['inspect', ...args, 'tenant-a', 'order-1', '--json'])).stdout);
       assert.equal(json.lockVersion, '4242');
       assertOneLineError(await idem(['inspect', ...args, 'tenant-a', 'nope']), /no key "nope" in scope "tenant-a"/);
@@ -231,6 +234,48 @@ for (const make of backends) {
       assert.match(r.stdout, /in progress, lease expired: +5/);
       assert.match(r.stdout, /live leases: +1/);
       assert.match(r.stdout, /oldest row: +\d{4}-\d\d-\d\dT/);
+    });
+
+    it('complete --app drives an abandoned key to completion from its stored request; bad --app is one line', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'idem-cli-app-'));
+      const src = (path: string) => JSON.stringify(pathToFileURL(join(ROOT, path)).href);
+      // The app's completer: the same route the server would run, reading the stored request.
+      const app = join(dir, 'completer.mts'); // .mts: an ES module wherever it lives
+      writeFileSync(
+        app,
+        `import { HttpIdempotency, Completer } from ${src('src/http/index.ts')};
+         import { PostgresStore } from ${src('src/postgres/index.ts')};
+         export function createCompleter({ client, table }) {
+           const http = new HttpIdempotency({ store: new PostgresStore({ client, table }), heartbeatMs: 0, storeRequests: true });
+           return new Completer({ http, run: async (req) => new Response(JSON.stringify({ done: (await req.json()).n }), { status: 201 }) });
+         }`,
+      );
+      writeFileSync(join(dir, 'empty.mts'), 'export const nothing = 1;');
+      try {
+        const scope = await backend.sql(async (db) => {
+          const http = new HttpIdempotency({ store: new PostgresStore({ client: db as never, table }), leaseMs: 100, heartbeatMs: 0, storeRequests: true });
+          const prepared = await http.prepare({
+            method: 'POST',
+            url: 'http://x.test/v1/things',
+            headers: new Headers({ 'content-type': 'application/json', 'idempotency-key': 'cli-abandoned' }),
+            body: new TextEncoder().encode('{"n":7}'),
+          });
+          assert.equal(prepared.kind, 'execute', 'the key is claimed (the worker then "crashes")');
+          return (prepared as { context: { scope: string } }).context.scope;
+        });
+        await new Promise((resolve) => setTimeout(resolve, 300)); // the 100 ms lease runs out
+        const r = await idem(['complete', ...args, '--app', app, '--json']);
+        assert.equal(r.code, 0, r.stderr);
+        const report = JSON.parse(r.stdout);
+        assert.equal(report.completed, 1, `one key completed: ${r.stdout}`);
+        const done = await backend.sql((db) => new PostgresStore({ client: db as never, table }).get(scope, 'cli-abandoned', 86_400_000));
+        assert.equal(done?.state, 'done', 'the key is finished');
+        assert.equal(new TextDecoder().decode(done?.response?.body), '{"done":7}', 'the route ran on the stored request body');
+        assertOneLineError(await idem(['complete', ...args, '--app', join(dir, 'missing.mts')]), /--app: cannot load/);
+        assertOneLineError(await idem(['complete', ...args, '--app', join(dir, 'empty.mts')]), /does not export a function createCompleter/);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     it('partitioned: migrate --partitioned, partitions ahead, sweep drops a whole expired day', async () => {

@@ -103,7 +103,7 @@ for (const engine of engines) {
       }));
       await q().query(`UPDATE "${table}" SET created_at = now() - interval '1 hour'`);
       view = await store.inspect('tenant', 'k', RETENTION_MS);
-      assert.deepEqual(view?.response, { status: 201, headers: [['content-type', 'application/json']], bytes: 1234 });
+      assert.deepEqual(view?.response, { status: 201, headers: [['content-type', 'application/json']], bytes: 1234, storage: 'inline', keyId: null });
       assert.equal(view?.state, 'done');
       assert.equal(view?.recoveryPoint, 'finished');
       assert.equal(view?.retentionExpired, true, 'shown although past retention');

@@ -1044,38 +1044,45 @@ describe('example payments API, end to end', { concurrency: true }, () => {
           assert.ok(['ECONNRESET', 'EPIPE'].includes(error.code ?? ''), `expected a connection reset, got ${error.code} ${error.message}`);
           return true;
         });
-        const crashedAt = Date.now();
         assert.deepEqual(await a.exited, { code: null, signal: 'SIGKILL' }, `the server killed itself at ${point}`);
 
         const before = await db.inspect({
           rows: localRows(customer),
           psp: { sql: `SELECT id, idempotency_key FROM psp_charges WHERE customer = $1`, params: [customer] },
           key: {
-            sql: `SELECT state, recovery_point, phase_results ? 'psp_charged' AS psp_recorded, claim_id::text AS claim_id FROM idempotency_keys WHERE key = $1`,
+            sql: `SELECT state, recovery_point, phase_results ? 'psp_charged' AS psp_recorded, claim_id::text AS claim_id,
+                GREATEST(0, EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8 AS lease_left_ms
+              FROM idempotency_keys WHERE key = $1`,
             params: [key],
           },
         });
+        const inspectedAt = Date.now();
         assert.equal(before.rows.length, 1, 'phase 1 (charge_created) committed before the crash');
         assert.equal(before.rows[0]!.status, 'pending', 'the charge was not finished before the crash');
         assert.equal(before.key.length, 1);
         assert.equal(before.key[0]!.state, 'started', 'no response was stored before the crash');
 
         const b = bEarly ?? (await start(db, env));
-        let first: { sentAt: number; status: number } | undefined;
+        let first: { receivedAt: number; status: number } | undefined;
         const { res } = await retryUntilCreated(
           async () => {
-            const sentAt = Date.now();
             const res = await postCharge(b, { apiKey, key, body });
-            first ??= { sentAt, status: res.status };
+            first ??= { receivedAt: Date.now(), status: res.status };
             return res;
           },
           (res, attempt) => assertInProgress(res, `retry ${attempt} (until the crashed worker's lease runs out):`),
           60,
           20_000,
         );
-        // The crashed worker renewed its lease (1500 ms) just before dying: a retry sent within
-        // 700 ms of the crash must find it still valid.
-        if (first!.sentAt - crashedAt < 700) assert.equal(first!.status, 409, "a retry within the crashed worker's lease gets 409");
+        // The crashed worker's lease (1500 ms, renewed by its heartbeat) was still valid when the
+        // key was inspected after the crash, by lease_left_ms on the database clock. A retry
+        // answered before that lease ran out (200 ms margin for the inspect's return trip) was
+        // claimed while it was valid, so it must have been refused with 409, not taken over.
+        // Measured from the database rather than assumed, so a slow machine cannot fake a failure.
+        const leaseLeftMs = Number(before.key[0]!.lease_left_ms);
+        if (first!.receivedAt - inspectedAt < leaseLeftMs - 200) {
+          assert.equal(first!.status, 409, `a retry answered within the crashed worker's lease (${leaseLeftMs} ms left) gets 409`);
+        }
         const charge = assertFresh(res, 'the takeover:');
         assert.equal(charge.id, before.rows[0]!.id, 'the takeover reused the charge created before the crash');
         assert.deepEqual(charge.metadata, { point });

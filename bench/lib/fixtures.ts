@@ -48,8 +48,9 @@ export async function fillDone(db: Queryable, table: string, count: number, opti
   );
 }
 
-/** Drops a bench table (its token sequence goes with it). */
+/** Drops a bench table (its blob table and token sequence go with it). */
 export async function dropTable(db: Queryable, table: string): Promise<void> {
+  await db.query(`DROP TABLE IF EXISTS "${table}_blobs"`);
   await db.query(`DROP TABLE IF EXISTS "${table}"`);
   await db.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
 }
