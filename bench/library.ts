@@ -37,7 +37,7 @@ function rawSide(runQuery: Run, table: string) {
       const key = randomUUID();
       const { rows } = await runQuery(sql.claim, [SCOPE, key, FINGERPRINT, LEASE_MS, RETENTION_MS], `raw_claim_${table}`);
       if (rows[0]?.outcome !== 'claimed') throw new Error('raw claim did not claim');
-      const done = await runQuery(sql.finish, [SCOPE, key, rows[0].lock_version, 201, JSON.stringify(HEADERS), BODY], `raw_finish_${table}`);
+      const done = await runQuery(sql.finish, [SCOPE, key, rows[0].lock_version, 201, JSON.stringify(HEADERS), BODY, null, null], `raw_finish_${table}`);
       if (done.rows.length !== 1) throw new Error('raw finish matched no row');
     },
     async read(i: number): Promise<void> {
@@ -160,6 +160,8 @@ export async function postgresLibrary(cfg: BenchConfig, log: (line: string) => v
             4: '201',
             5: `'${JSON.stringify(HEADERS)}'`,
             6: `'\\x${'78'.repeat(1024)}'::bytea`,
+            7: 'NULL', // inline body: no blob id
+            8: 'NULL', // not encrypted: no key id
           }).replace(/\s+/g, ' ') + ';',
         ].join('\n');
         const readScript = [

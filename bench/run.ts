@@ -9,7 +9,7 @@
  * Redis is down). pgbench is used when installed (PGBENCH=/path overrides).
  */
 import { execFileSync } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
@@ -54,6 +54,8 @@ async function machine(): Promise<string> {
 }
 
 const sections: Section[] = [];
+/** Sections that threw: the run then exits 1 and leaves the published report alone. */
+const failed: string[] = [];
 const want = (name: string) => !only || only.includes(name);
 const machineText = await machine();
 log(`idem benchmark suite (${cfg.quick ? 'quick' : 'full'})`);
@@ -64,6 +66,7 @@ async function section(name: string, load: () => Promise<(cfg: BenchConfig, log:
   try {
     sections.push(await (await load())(cfg, log));
   } catch (error) {
+    failed.push(name);
     log(`${name} failed: ${(error as Error).stack ?? error}`);
     sections.push({ title: `${name}: failed`, markdown: `This section failed in this run: \`${String((error as Error).message ?? error).split('\n')[0]}\`` });
   }
@@ -77,7 +80,12 @@ await section('growth', async () => (await import('./growth.js')).growth);
 await section('memory', async () => (await import('./memory.js')).memory);
 
 const chartSeries = Object.assign({}, ...sections.map((s) => s.chart ?? {})) as Record<string, Array<[number, number]>>;
-const chartFile = 'docs/benchmarks-throughput.svg';
+// Only a complete full run replaces the published report (docs/); a quick or failed run
+// writes next to the suite, in bench/out/ (not committed).
+const outDir = cfg.quick || failed.length > 0 ? 'bench/out' : 'docs';
+await mkdir(outDir, { recursive: true });
+const reportFile = `${outDir}/benchmarks.md`;
+const chartFile = `${outDir}/benchmarks-throughput.svg`;
 if (Object.keys(chartSeries).length > 0) {
   await writeFile(chartFile, lineChart('Throughput vs concurrency (same run)', chartSeries));
 }
@@ -103,7 +111,7 @@ ${machineText}
 \`\`\`sh
 # PostgreSQL and Redis up (redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no)
 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379 npm run bench
-npm run bench -- --quick                 # under a minute
+npm run bench -- --quick                 # under a minute; writes bench/out/, not docs/
 npm run bench -- --only=library,peers    # a subset
 \`\`\`
 
@@ -117,5 +125,8 @@ ${Object.entries(headline)
 
 ${Object.keys(chartSeries).length > 0 ? `![Throughput vs concurrency](benchmarks-throughput.svg)\n\nDashed lines: raw statements and pgbench (the limit); solid lines: idem.\n` : ''}
 ${sections.map((s) => `## ${s.title}\n\n${s.markdown}\n`).join('\n')}${notes ? `\n${notes}` : ''}`;
-await writeFile('docs/benchmarks.md', report);
-log(`wrote docs/benchmarks.md${Object.keys(chartSeries).length > 0 ? ` and ${chartFile}` : ''}`);
+await writeFile(reportFile, report);
+log(`wrote ${reportFile}${Object.keys(chartSeries).length > 0 ? ` and ${chartFile}` : ''}`);
+if (failed.length > 0) log(`failed sections: ${failed.join(', ')} (exit 1; docs/benchmarks.md left as it was)`);
+// Exit explicitly: a section that failed half-way can leave a pool or a server handle open.
+process.exit(failed.length > 0 ? 1 : 0);
