@@ -48,6 +48,7 @@ export async function createCompleter(context: { client: SqlClient }, env: NodeJ
     leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
     retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
     completer: true,
+    completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
   });
   return completer!;
 }

@@ -4,8 +4,8 @@
  *
  * Environment: PSP_LATENCY_MS (50), PSP_FAILURE_RATE (0), IDEM_LEASE_MS (60000),
  * IDEM_RETENTION_MS (86400000), HOST (127.0.0.1), PG_POOL_MAX (20),
- * IDEM_COMPLETER_INTERVAL_MS (10000; 0 turns the background completer and the request
- * snapshots it needs off), IDEM_COMPLETER_GRACE_MS (10000: how long after its lease ended a
+ * IDEM_COMPLETER_INTERVAL_MS (10000; 0 turns the background completer off; request snapshots
+ * are stored either way, for `idem complete`), IDEM_COMPLETER_GRACE_MS (10000: how long after its lease ended a
  * key counts as abandoned, so a client's own retry usually gets there first), IDEM_EVENT_LOG (1: one `idem-event {json}` line per taken-over /
  * lease-lost / discarded event, for chaos runs). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
  * are test-only faults (see app.ts).
@@ -38,12 +38,14 @@ try {
     retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
     crashAt: env.PAYMENTS_CRASH_AT,
     crashRate: Number(env.PAYMENTS_CRASH_RATE ?? 0),
-    completer: completerIntervalMs > 0,
+    // Request snapshots are always stored, so `idem complete` (cron) can finish a crashed
+    // charge even when the background completer is off.
+    completer: true,
     completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
     ...(env.IDEM_EVENT_LOG === '1' ? { onEvent: logEvent } : {}),
   });
   // Finishes charges whose client never retried (see src/http/completer.ts).
-  completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
+  if (completerIntervalMs > 0) completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
   const opened = db;
   const server = serve({ fetch: app.fetch, port, hostname: host }, (info) => {
     const url = `http://${host}:${info.port}`;

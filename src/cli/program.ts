@@ -124,7 +124,7 @@ const count = (n: number) => n.toLocaleString('en-US');
  */
 export function buildProgram(io: CliIo = defaultIo): Command {
   const program = new Command('idem')
-    .description('Operate idem\'s idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, partitions.')
+    .description('Operate idem\'s idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, complete abandoned keys, partitions.')
     .version(VERSION)
     .showHelpAfterError('(run idem --help for usage)')
     .configureOutput({ writeOut: (s) => io.out(s.replace(/\n$/, '')), writeErr: (s) => io.err(s.replace(/\n$/, '')) });
