@@ -2,8 +2,7 @@
  * Opens the example's database: PostgreSQL when DATABASE_URL is set, otherwise embedded
  * PGlite persisted in IDEM_DATA_DIR (default ./.idem-data), so `npm start` needs no server.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { lockDataDir } from '../../src/cli/database.js';
 import type { Queryable, SqlClient } from '../../src/postgres/index.js';
 
 export interface Database {
@@ -29,7 +28,15 @@ export async function openDatabase(env: NodeJS.ProcessEnv = process.env): Promis
   }
   const { PGlite } = await import('@electric-sql/pglite');
   const dataDir = env.IDEM_DATA_DIR ?? './.idem-data';
-  const unlock = lockDataDir(dataDir);
+  // One process per PGlite directory (see lockDataDir); the CLI takes the same lock.
+  const unlock = lockDataDir(
+    dataDir,
+    (holder) =>
+      new Error(
+        `${dataDir} is in use by process ${holder}: PGlite allows one process per data directory. ` +
+          'Stop it, or set IDEM_DATA_DIR to another directory, or DATABASE_URL to share a PostgreSQL.',
+      ),
+  );
   try {
     const db = await PGlite.create(dataDir);
     return {
@@ -44,47 +51,5 @@ export async function openDatabase(env: NodeJS.ProcessEnv = process.env): Promis
   } catch (error) {
     unlock();
     throw error;
-  }
-}
-
-/**
- * PGlite is one PostgreSQL backend inside this process: a second process opening the same
- * directory would run its own, unaware of the first one's claims, and both would execute
- * the same key (and lose data on close). So one process per directory: a pid file, taken
- * with O_EXCL. A pid file whose process is gone (killed, crashed) is taken over at once, so a
- * restart right after a crash works; a lock file with mtime-based staleness would make that
- * restart wait.
- *
- * @returns a function that releases the lock
- * @throws {Error} when a live process holds the directory
- */
-function lockDataDir(dataDir: string): () => void {
-  mkdirSync(dataDir, { recursive: true });
-  const file = join(dataDir, 'idem-example.pid');
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      writeFileSync(file, String(process.pid), { flag: 'wx' });
-      return () => rmSync(file, { force: true });
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const holder = Number(readFileSync(file, 'utf8'));
-      if (holder && holder !== process.pid && alive(holder)) {
-        throw new Error(
-          `${dataDir} is in use by process ${holder}: PGlite allows one process per data directory. ` +
-            'Stop it, or set IDEM_DATA_DIR to another directory, or DATABASE_URL to share a PostgreSQL.',
-        );
-      }
-      rmSync(file, { force: true }); // left by a process that is gone
-    }
-  }
-  throw new Error(`Could not lock ${dataDir}`);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }

@@ -103,14 +103,21 @@ export function describeError(error: unknown): string {
 
 /**
  * PGlite is one PostgreSQL backend inside this process: a second process on the same directory
- * would run its own, unaware of the first one's writes. So one process per directory, through
- * the pid file the example server takes too (`idem-example.pid`, O_EXCL): the CLI refuses a
- * directory a live server holds, and takes over a pid file whose process is gone.
+ * would run its own, unaware of the first one's claims, and both would execute the same key. So
+ * one process per directory, through one pid file taken with O_EXCL (`idem-example.pid`), shared
+ * by the CLI and the example server: each refuses a directory a live process holds, and takes
+ * over a pid file whose process is gone (killed, crashed), so a restart right after a crash
+ * works at once (an mtime-based staleness rule would make it wait).
  *
+ * @param inUse the error for a directory held by the live process `holder`
  * @returns a function that releases the lock
- * @throws {CliError} when a live process holds the directory
+ * @throws the `inUse` error (default a {@link CliError}) when a live process holds the directory
  */
-export function lockDataDir(dataDir: string): () => void {
+export function lockDataDir(
+  dataDir: string,
+  inUse: (holder: number) => Error = (holder) =>
+    new CliError(`${dataDir} is in use by process ${holder} (PGlite allows one process per data directory): stop it, or use --database-url`),
+): () => void {
   mkdirSync(dataDir, { recursive: true });
   const file = join(dataDir, 'idem-example.pid');
   for (let attempt = 0; attempt < 2; attempt++) {
@@ -120,12 +127,8 @@ export function lockDataDir(dataDir: string): () => void {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw new CliError(`cannot lock ${dataDir}: ${describeError(error)}`);
       const holder = Number(readFileSync(file, 'utf8'));
-      if (holder && holder !== process.pid && alive(holder)) {
-        throw new CliError(
-          `${dataDir} is in use by process ${holder} (PGlite allows one process per data directory): stop it, or use --database-url`,
-        );
-      }
-      rmSync(file, { force: true });
+      if (holder && holder !== process.pid && alive(holder)) throw inUse(holder);
+      rmSync(file, { force: true }); // left by a process that is gone
     }
   }
   throw new CliError(`cannot lock ${dataDir}`);

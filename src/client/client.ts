@@ -4,6 +4,7 @@
  * restart (seed step 1 and its pitfalls "new key per retry" and "app restart"; conformance 21-22).
  * Browser-safe: no `node:` imports. The Node file store is in `idem/client/node`.
  */
+import { DEFAULT_HEADER_NAME, DEFAULT_METHODS, REPLAYED_HEADER } from '../core/constants.js';
 import {
   GaveUpError,
   HorizonExceedsRetentionError,
@@ -161,7 +162,7 @@ export class IdempotentClient {
       attemptTimeoutMs: options.attemptTimeoutMs ?? 30_000,
       baseDelayMs: options.baseDelayMs ?? 250,
       maxDelayMs: options.maxDelayMs ?? 30_000,
-      keyHeader: options.keyHeader ?? 'Idempotency-Key',
+      keyHeader: options.keyHeader ?? DEFAULT_HEADER_NAME,
       generateKey: options.generateKey ?? (() => crypto.randomUUID()),
       persistCredentials: options.persistCredentials ?? false,
       random: options.random ?? Math.random,
@@ -184,7 +185,7 @@ export class IdempotentClient {
     // method of another object.
     this.#fetch = (input, init) => fetchImpl(input, init);
     this.store = options.store ?? new MemoryIntentStore();
-    this.#methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
+    this.#methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
     this.#headers = options.headers;
     this.#onRetry = options.onRetry;
     this.#onGiveUp = options.onGiveUp;
@@ -396,7 +397,7 @@ export class IdempotentClient {
 }
 
 function isReplay(response: Response): boolean {
-  return response.headers.get('idempotent-replayed')?.trim().toLowerCase() === 'true';
+  return response.headers.get(REPLAYED_HEADER)?.trim().toLowerCase() === 'true';
 }
 
 function decorate(response: Response, key: string | null, attempts: number): IdempotentResponse {

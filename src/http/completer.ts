@@ -115,6 +115,7 @@ export class Completer<Tx = unknown> {
    */
   start(intervalMs: number, onError: (error: unknown) => void = (e) => console.error('idem completer:', (e as Error)?.message ?? e)): void {
     if (!(intervalMs > 0)) throw new InvalidOptionError('idem: completer intervalMs must be > 0');
+    if (!this.stopped) return; // already running: a second loop would outlive stop()
     this.stopped = false;
     const tick = () => {
       this.runOnce().catch(onError).finally(() => {

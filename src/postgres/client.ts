@@ -123,8 +123,3 @@ export function toExecutor(client: SqlClient): SqlExecutor {
     'idem/postgres: `client` must be a pg.Pool (a single pg.Client cannot run concurrent transactions) or a PGlite instance',
   );
 }
-
-/** Rows changed by a statement, whichever driver ran it. */
-export function affectedRows(result: QueryResultLike): number {
-  return result.rowCount ?? result.affectedRows ?? result.rows.length;
-}

@@ -81,6 +81,8 @@ export interface Statements {
   tableKind: string;
   saveRequest: string;
   listAbandoned: string;
+  /** The `<table>_blobs` DDL, also in `migrate` (plain mode only: see {@link partitionedStatements}). */
+  blobTable: string;
 }
 
 /**
@@ -125,6 +127,15 @@ export function statements(table: string): Statements {
   }
   const seq = quoteTable(`${table}_lock_version_seq`);
   const blobs = quoteTable(`${table}_blobs`);
+  /** `<table>_blobs` (out-of-line bodies); its foreign key needs the plain table's (scope, key). */
+  const blobTable = `CREATE TABLE IF NOT EXISTS ${blobs} (
+        scope text  NOT NULL,
+        key   text  NOT NULL,
+        id    text  NOT NULL,
+        body  bytea NOT NULL,
+        PRIMARY KEY (scope, key),
+        FOREIGN KEY (scope, key) REFERENCES ${t} (scope, key) ON DELETE CASCADE
+      )`;
   const nextToken = `nextval('${seq.replaceAll("'", "''")}'::regclass)`;
   return {
     /**
@@ -180,14 +191,7 @@ export function statements(table: string): Statements {
           ALTER TABLE ${t} ADD COLUMN response_body_ref text, ADD COLUMN response_key_id text;
         END IF;
       END $$`,
-      `CREATE TABLE IF NOT EXISTS ${blobs} (
-        scope text  NOT NULL,
-        key   text  NOT NULL,
-        id    text  NOT NULL,
-        body  bytea NOT NULL,
-        PRIMARY KEY (scope, key),
-        FOREIGN KEY (scope, key) REFERENCES ${t} (scope, key) ON DELETE CASCADE
-      )`,
+      blobTable,
       // Completer (issue 4): the request snapshot, NULL unless the app opted in. Added only
       // when missing, so an up-to-date table takes no lock.
       `DO $$ BEGIN
@@ -440,6 +444,8 @@ export function statements(table: string): Statements {
      */
     blobDelete: `DELETE FROM ${blobs} WHERE scope = $1 AND key = $2 AND id = $3`,
 
+    blobTable,
+
     /**
      * Completer: the request snapshot of a key this worker holds, written right after the
      * claim and before the work starts, fenced by the token. So a started key without a
@@ -509,7 +515,7 @@ export function partitionedStatements(table: string): PartitionedStatements {
       `CREATE TABLE IF NOT EXISTS ${t} (${columns(nextToken)}
         PRIMARY KEY (scope, key, created_at)
       ) PARTITION BY RANGE (created_at)`,
-      ...rest.filter((statement) => !statement.startsWith(`CREATE TABLE IF NOT EXISTS ${quoteTable(`${table}_blobs`)}`)),
+      ...rest.filter((statement) => statement !== plain.blobTable),
     ],
 
     /**

@@ -17,8 +17,12 @@ import type {
   StoredResponse,
   TakeOverResult,
 } from '../store/types.js';
-import { affectedRows, type Queryable, type SqlClient, type SqlExecutor, toExecutor } from './client.js';
+import { type Queryable, type SqlClient, type SqlExecutor, toExecutor } from './client.js';
 import { type BlobRef, type BlobStore, TableBlobStore } from './blob-store.js';
+import { type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 
 /**
  * Bodies above 64 KiB go out of line by default. Below it, one statement claims or replays
@@ -29,7 +33,6 @@ import { type BlobRef, type BlobStore, TableBlobStore } from './blob-store.js';
  * a few KiB, so they stay inline.
  */
 export const DEFAULT_INLINE_MAX_BYTES = 64 * 1024;
-import { type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
 
 /** Options of {@link PostgresStore}. */
 export interface PostgresStoreOptions {
@@ -503,7 +506,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     let headers = headersJson;
     let body = response.body;
     if (this.cipher) {
-      const sealed = this.cipher.seal(new TextEncoder().encode(headersJson), responseAad(ref.scope, ref.key, 'headers'));
+      const sealed = this.cipher.seal(encoder.encode(headersJson), responseAad(ref.scope, ref.key, 'headers'));
       headers = JSON.stringify(Buffer.from(sealed).toString('base64'));
       body = this.cipher.seal(response.body, responseAad(ref.scope, ref.key, 'body'));
     }
@@ -543,8 +546,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     if (!this.cipher) throw new UnknownKeyIdError(keyId);
     const sealedHeaders = row.response_headers;
     if (typeof sealedHeaders !== 'string') throw new ResponseUnreadableError('The stored response is marked encrypted but its headers are not sealed');
-    const headers = this.cipher.open(Buffer.from(sealedHeaders, 'base64'), responseAad(record.scope, record.key, 'headers'));
-    record.response.headers = JSON.parse(new TextDecoder().decode(headers)) as Array<[string, string]>;
+    record.response.headers = this.openHeaders(this.cipher, sealedHeaders, record.scope, record.key);
     record.response.body = this.cipher.open(body, responseAad(record.scope, record.key, 'body'));
     return record;
   }
@@ -701,6 +703,16 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    * summarised (status, headers, body size).
    * @param retentionMs only to report `retentionExpired` @default 86_400_000 (24 h)
    */
+  /**
+   * The replayed headers of a sealed response: base64 of the sealed JSON pairs, bound to
+   * (scope, key) by the AAD.
+   * @throws {ResponseUnreadableError} wrong key, tampered, or sealed for another row
+   */
+  private openHeaders(cipher: ResponseCipher, sealed: string, scope: string, key: string): Array<[string, string]> {
+    const plain = cipher.open(Buffer.from(sealed, 'base64'), responseAad(scope, key, 'headers'));
+    return JSON.parse(decoder.decode(plain)) as Array<[string, string]>;
+  }
+
   /** The response summary of {@link inspect}: never the body, and never an error for a row it cannot open. */
   private async inspectResponse(row: Record<string, unknown>, scope: string, key: string): Promise<NonNullable<KeyInspection['response']>> {
     const keyId = row.response_key_id === null || row.response_key_id === undefined ? null : String(row.response_key_id);
@@ -709,8 +721,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     if (keyId === null) headers = (row.response_headers ?? []) as Array<[string, string]>;
     else if (this.cipher && typeof row.response_headers === 'string') {
       try {
-        const plain = this.cipher.open(Buffer.from(row.response_headers, 'base64'), responseAad(scope, key, 'headers'));
-        headers = JSON.parse(new TextDecoder().decode(plain)) as Array<[string, string]>;
+        headers = this.openHeaders(this.cipher, row.response_headers, scope, key);
       } catch {
         headers = [];
       }
