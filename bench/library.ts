@@ -36,7 +36,7 @@ function rawSide(runQuery: Run, table: string) {
     async newRequest(): Promise<void> {
       const key = randomUUID();
       const { rows } = await runQuery(sql.claim, [SCOPE, key, FINGERPRINT, LEASE_MS, RETENTION_MS], `raw_claim_${table}`);
-      if (rows[0]?.outcome !== 'claimed') throw new Error('raw claim did not claim');
+      if (rows[0]?.kind !== 'claimed') throw new Error('raw claim did not claim');
       const done = await runQuery(sql.finish, [SCOPE, key, rows[0].lock_version, 201, JSON.stringify(HEADERS), BODY, null, null], `raw_finish_${table}`);
       if (done.rows.length !== 1) throw new Error('raw finish matched no row');
     },
@@ -46,7 +46,7 @@ function rawSide(runQuery: Run, table: string) {
     },
     async claimExisting(i: number): Promise<void> {
       const { rows } = await runQuery(sql.claim, [SCOPE, `k${(i % REPLAY_KEYS) + 1}`, FINGERPRINT, LEASE_MS, RETENTION_MS], `raw_claim_${table}`);
-      if (rows[0]?.outcome !== 'exists') throw new Error('raw claim on an existing key claimed');
+      if (rows[0]?.kind !== 'exists') throw new Error('raw claim on an existing key claimed');
     },
   };
 }

@@ -11,5 +11,5 @@ export { decide, type Decision, type ExistingKey } from './core/decide.js';
 export { deriveKey } from './core/derived-key.js';
 export type * from './store/types.js';
 export { IdempotencyEngine, type EngineOptions, type BeginInput, type BeginResult } from './engine/engine.js';
-export { Execution, type IdemEvent } from './engine/execution.js';
+export { Execution, type IdempotencyEvent } from './engine/execution.js';
 export * from './http/index.js';

@@ -222,7 +222,7 @@ for (const make of backends) {
       assert.match(r.stdout, /^lock_version: +4242$/m);
       assert.match(r.stdout, /^response: +201, 8 bytes inline, headers: content-type$/m);
       const json = JSON.parse((await idem(['inspect', ...args, 'tenant-a', 'order-1', '--json'])).stdout);
-      assert.equal(json.lockVersion, '4242');
+      assert.equal(json.token, '4242');
       assertOneLineError(await idem(['inspect', ...args, 'tenant-a', 'nope']), /no key "nope" in scope "tenant-a"/);
     });
 

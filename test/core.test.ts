@@ -9,7 +9,7 @@ import { fingerprint, sameFingerprint, type FingerprintInput } from '../src/core
 import { decide, type ExistingKey } from '../src/core/decide.js';
 import { deriveKey } from '../src/core/derived-key.js';
 import { KeyState } from '../src/core/constants.js';
-import { ErrorCode, IdemError, InvalidKeyError } from '../src/core/errors.js';
+import { ErrorCode, IdempotencyError, InvalidKeyError } from '../src/core/errors.js';
 
 const utf8 = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'utf8'));
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
@@ -18,7 +18,7 @@ const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
 function assertInvalidKey(fn: () => unknown): void {
   assert.throws(fn, (error: unknown) => {
     assert.ok(error instanceof InvalidKeyError, `expected InvalidKeyError, got ${String(error)}`);
-    assert.ok(error instanceof IdemError, 'error instanceof IdemError');
+    assert.ok(error instanceof IdempotencyError, 'error instanceof IdempotencyError');
     assert.equal(error.code, ErrorCode.InvalidKey);
     return true;
   });

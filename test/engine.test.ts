@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { engines, freshStore } from './helpers/engines.js';
 import { IdempotencyEngine, type BeginResult, type EngineOptions } from '../src/engine/engine.js';
-import type { Execution, IdemEvent } from '../src/engine/execution.js';
+import type { Execution, IdempotencyEvent } from '../src/engine/execution.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import type { Queryable, SqlClient } from '../src/postgres/client.js';
 import type { IdempotencyStore, StoredResponse } from '../src/store/types.js';
@@ -534,7 +534,7 @@ for (const engineDef of engines) {
           return response(201, [1, 2]);
         });
         assert.equal(stored.status, 201);
-        assert.equal(x.status, 'finished');
+        assert.equal(x.status, 'done');
         assert.deepEqual(await sideNotes(), ['paid']);
         const replay = await begin(engine);
         assert.equal(replay.kind, 'replay');
@@ -577,14 +577,14 @@ for (const engineDef of engines) {
         await assert.rejects(x.phase('a', async () => 1), ExecutionClosedError);
         await assert.rejects(x.extendLease(), ExecutionClosedError);
         await x.release(); // no-op
-        assert.equal(x.status, 'finished');
+        assert.equal(x.status, 'done');
         assert.equal((await record())?.state, 'done');
       });
     });
 
     describe('events', () => {
       it('reports claimed, in-progress, mismatch, phases, release, taken-over, skip, finished and replayed', async () => {
-        const events: IdemEvent[] = [];
+        const events: IdempotencyEvent[] = [];
         const engine = makeEngine({ onEvent: (e) => events.push(e) });
         const x = executionOf(await begin(engine));
         await begin(engine);
@@ -615,7 +615,7 @@ for (const engineDef of engines) {
       });
 
       it('reports discarded and lease-lost', async () => {
-        const events: IdemEvent[] = [];
+        const events: IdempotencyEvent[] = [];
         const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0, onEvent: (e) => events.push(e) });
         const x = executionOf(await begin(engine, 'd'));
         await x.discard();
@@ -663,7 +663,7 @@ for (const engineDef of engines) {
         await ctx.drop();
         await db.close();
         closed = true;
-        const events: IdemEvent[] = [];
+        const events: IdempotencyEvent[] = [];
         const engine = new IdempotencyEngine({ store: ctx.store, onEvent: (e) => events.push(e) });
         await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: FP }), (error: unknown) => {
           assert.ok(error instanceof StoreUnavailableError, 'error instanceof StoreUnavailableError');

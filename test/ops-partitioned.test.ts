@@ -26,7 +26,7 @@ const input = (key: string, overrides: Partial<ClaimInput> = {}): ClaimInput => 
   ...overrides,
 });
 const token = (r: ClaimResult) => {
-  assert.equal(r.outcome, 'claimed', `expected a claim, got ${JSON.stringify(r)}`);
+  assert.equal(r.kind, 'claimed', `expected a claim, got ${JSON.stringify(r)}`);
   return (r as { token: number }).token;
 };
 const utcDay = (offsetDays: number) => {
@@ -94,24 +94,24 @@ for (const engine of engines) {
 
       // The retry after midnight finds it (a plain unique index could not see across partitions).
       const again = await store.claim(input('k'));
-      assert.equal(again.outcome, 'exists', 'the retry finds the row from before midnight');
+      assert.equal(again.kind, 'exists', 'the retry finds the row from before midnight');
       assert.equal((again as { record: { token: number } }).record.token, t1);
       assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(-1))], 'still one row, not a second one today');
 
       // Every fenced write reaches the row in yesterday's partition.
       const ref = { scope: 'tenant', key: 'k', token: t1 };
-      assert.deepEqual(await store.extendLease(ref, 60_000), { outcome: 'ok', value: undefined });
-      assert.equal((await store.commit(ref, () => ({ kind: 'phase', phase: 'p1', result: { a: 1 }, leaseMs: 60_000 }))).outcome, 'ok');
-      assert.deepEqual(await store.release(ref), { outcome: 'ok', value: 'released' });
+      assert.deepEqual(await store.extendLease(ref, 60_000), { kind: 'ok', value: undefined });
+      assert.equal((await store.commit(ref, () => ({ kind: 'phase', phase: 'p1', result: { a: 1 }, leaseMs: 60_000 }))).kind, 'ok');
+      assert.deepEqual(await store.release(ref), { kind: 'ok', value: 'released' });
       const taken = await store.takeOver(ref, 60_000);
-      assert.equal(taken.outcome, 'taken');
+      assert.equal(taken.kind, 'taken');
       const t2 = (taken as { token: number }).token;
-      assert.deepEqual(await store.commit(ref, () => ({ kind: 'phase', phase: 'late', result: null, leaseMs: 60_000 })), { outcome: 'fenced' }, 'the old token is fenced');
+      assert.deepEqual(await store.commit(ref, () => ({ kind: 'phase', phase: 'late', result: null, leaseMs: 60_000 })), { kind: 'fenced' }, 'the old token is fenced');
       const body = new Uint8Array([1, 2, 3]);
       const finished = await store.commit({ ...ref, token: t2 }, () => ({ kind: 'finish', response: { status: 201, headers: [], body } }));
-      assert.equal(finished.outcome, 'ok');
+      assert.equal(finished.kind, 'ok');
       const replay = await store.claim(input('k'));
-      assert.equal(replay.outcome, 'exists');
+      assert.equal(replay.kind, 'exists');
       const record = (replay as { record: { state: string; response?: { body: Uint8Array }; phaseResults: unknown } }).record;
       assert.equal(record.state, 'done');
       assert.deepEqual(Array.from(record.response!.body), [1, 2, 3], 'the response replays');
@@ -124,7 +124,7 @@ for (const engine of engines) {
       const { store, table } = await fresh();
       const t1 = token(await store.claim(input('k')));
       await beforeMidnight(table, 'k');
-      assert.deepEqual(await store.release({ scope: 'tenant', key: 'k', token: t1 }, { discard: true }), { outcome: 'ok', value: 'deleted' });
+      assert.deepEqual(await store.discard({ scope: 'tenant', key: 'k', token: t1 }), { kind: 'ok', value: 'deleted' });
       const t2 = token(await store.claim(input('k', { fingerprint: fp(2) })));
       assert.ok(t2 > t1, 'a higher token');
       assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(0))]);
@@ -138,7 +138,7 @@ for (const engine of engines) {
       const t2 = token(await store.claim(input('k', { fingerprint: fp(2), retentionMs: shortRetention })));
       assert.ok(t2 > t1, `replacement token ${t2} > ${t1}`);
       assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(0))], 'old row deleted, new row today');
-      assert.deepEqual(await store.commit({ scope: 'tenant', key: 'k', token: t1 }, () => ({ kind: 'phase', phase: 'x', result: null, leaseMs: 1 })), { outcome: 'fenced' });
+      assert.deepEqual(await store.commit({ scope: 'tenant', key: 'k', token: t1 }, () => ({ kind: 'phase', phase: 'x', result: null, leaseMs: 1 })), { kind: 'fenced' });
     });
 
     it('sweep drops each expired partition in one statement (no row deletes) and keeps the rest', async () => {
@@ -194,7 +194,7 @@ for (const engine of engines) {
         const t1 = token(await store.claim(input('k')));
         await beforeMidnight(table, 'k');
         const results = await Promise.all(Array.from({ length: 30 }, () => store.claim(input('k'))));
-        assert.deepEqual(results.map((r) => r.outcome), Array(30).fill('exists'));
+        assert.deepEqual(results.map((r) => r.kind), Array(30).fill('exists'));
         for (const r of results) assert.equal((r as { record: { token: number } }).record.token, t1);
         assert.equal((await whereIs(table, 'k')).length, 1, 'one row');
       });
@@ -204,7 +204,7 @@ for (const engine of engines) {
         token(await store.claim(input('k', { leaseMs: 0 })));
         await beforeMidnight(table, 'k');
         const results = await Promise.all(Array.from({ length: 30 }, () => store.claim(input('k', { retentionMs: 1000 }))));
-        assert.equal(results.filter((r) => r.outcome === 'claimed').length, 1, 'one claim');
+        assert.equal(results.filter((r) => r.kind === 'claimed').length, 1, 'one claim');
         assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(0))], 'one row, today');
       });
     }

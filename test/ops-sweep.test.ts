@@ -89,13 +89,13 @@ for (const engine of engines) {
     it('inspects a key past retention, with lease, token and response summary', async () => {
       const { store, table } = await seeded(0, 0);
       const claimed = await store.claim({ scope: 'tenant', key: 'k', fingerprint: fp, leaseMs: 60_000, retentionMs: RETENTION_MS });
-      assert.equal(claimed.outcome, 'claimed');
+      assert.equal(claimed.kind, 'claimed');
       const token = (claimed as { token: number }).token;
       let view = await store.inspect('tenant', 'k', RETENTION_MS);
       assert.equal(view?.state, 'started');
       assert.equal(view?.leaseExpired, false);
       assert.ok(view!.leaseRemainingMs > 0, 'lease left');
-      assert.equal(view?.lockVersion, String(token));
+      assert.equal(view?.token, String(token));
       assert.equal(view?.response, null);
       await store.commit({ scope: 'tenant', key: 'k', token }, () => ({
         kind: 'finish',

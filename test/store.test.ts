@@ -26,7 +26,7 @@ function claimInput(key: string, overrides: Partial<ClaimInput> = {}): ClaimInpu
 }
 
 function claimedToken(result: ClaimResult): number {
-  assert.equal(result.outcome, 'claimed', `expected a claim, got ${JSON.stringify(result)}`);
+  assert.equal(result.kind, 'claimed', `expected a claim, got ${JSON.stringify(result)}`);
   return (result as { token: number }).token;
 }
 
@@ -97,7 +97,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
     const claimAndTakeOver = async (key: string): Promise<{ ref: KeyRef; stale: KeyRef }> => {
       const token = claimedToken(await ctx.store.claim(claimInput(key, { leaseMs: 0 })));
       const taken = await ctx.store.takeOver({ scope: 'tenant-1', key, token }, LONG_LEASE_MS);
-      assert.equal(taken.outcome, 'taken');
+      assert.equal(taken.kind, 'taken');
       const newToken = (taken as { token: number }).token;
       assert.ok(newToken > token, `the takeover token ${newToken} must exceed the claim token ${token}`);
       return { ref: { scope: 'tenant-1', key, token: newToken }, stale: { scope: 'tenant-1', key, token } };
@@ -163,7 +163,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
           assert.equal(rows.length, 2);
           for (const row of rows) assert.match(String(row.claim_id), UUID, `claim_id of ${String(row.key)}`);
           const newClaim = await store.claim(claimInput('new2'));
-          assert.equal(newClaim.outcome, 'claimed');
+          assert.equal(newClaim.kind, 'claimed');
           const { claimId } = newClaim as { claimId: string };
           assert.match(claimId, UUID);
           assert.ok(!rows.some((r) => r.claim_id === claimId), 'a new claim gets a claim id of its own');
@@ -182,11 +182,11 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const before = Date.now();
         const claimed = await ctx.store.claim(claimInput('k1'));
         const token = claimedToken(claimed);
-        assert.deepEqual(Object.keys(claimed).sort(), ['claimId', 'outcome', 'token']);
+        assert.deepEqual(Object.keys(claimed).sort(), ['claimId', 'kind', 'token']);
         assert.ok(Number.isSafeInteger(token) && token > 0, `a positive integer token, got ${token}`);
         const again = await ctx.store.claim(claimInput('k1', { fingerprint: fp(2) }));
-        assert.equal(again.outcome, 'exists');
-        const record = (again as Extract<ClaimResult, { outcome: 'exists' }>).record;
+        assert.equal(again.kind, 'exists');
+        const record = (again as Extract<ClaimResult, { kind: 'exists' }>).record;
         assert.equal(record.scope, 'tenant-1');
         assert.equal(record.key, 'k1');
         assert.equal(record.state, 'started');
@@ -213,8 +213,8 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
       it('reports a lease of 0 ms as expired', async () => {
         await ctx.store.claim(claimInput('k', { leaseMs: 0 }));
         const again = await ctx.store.claim(claimInput('k'));
-        assert.equal(again.outcome, 'exists');
-        const record = (again as Extract<ClaimResult, { outcome: 'exists' }>).record;
+        assert.equal(again.kind, 'exists');
+        const record = (again as Extract<ClaimResult, { kind: 'exists' }>).record;
         assert.equal(record.leaseExpired, true);
         assert.equal(record.leaseRemainingMs, 0);
       });
@@ -240,7 +240,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
         // The worker holding the old row's token can no longer write.
         const stale = await ctx.store.commit({ scope: 'tenant-1', key: 'k', token: old }, phase('p2'));
-        assert.deepEqual(stale, { outcome: 'fenced' });
+        assert.deepEqual(stale, { kind: 'fenced' });
       });
 
       it('replaces a finished row past retention, dropping its response', async () => {
@@ -261,12 +261,12 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const old = claimedToken(await ctx.store.claim(claimInput('k')));
         await age('k');
         const results = await Promise.all(Array.from({ length: 20 }, () => ctx.store.claim(claimInput('k'))));
-        const claimed = results.filter((r) => r.outcome === 'claimed');
+        const claimed = results.filter((r) => r.kind === 'claimed');
         assert.equal(claimed.length, 1);
         const fresh = claimedToken(claimed[0]!);
         assert.ok(fresh > old, `new token ${fresh} must exceed old token ${old}`);
-        for (const r of results.filter((r) => r.outcome === 'exists')) {
-          assert.equal((r as Extract<ClaimResult, { outcome: 'exists' }>).record.token, fresh);
+        for (const r of results.filter((r) => r.kind === 'exists')) {
+          assert.equal((r as Extract<ClaimResult, { kind: 'exists' }>).record.token, fresh);
         }
         assert.equal(await rowCount(), 1);
         assert.equal(await currentToken('k'), fresh);
@@ -282,8 +282,8 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
         for (const fingerprint of [fp(1), fp(9)]) {
           const again = await ctx.store.claim(claimInput('k', { fingerprint }));
-          assert.equal(again.outcome, 'exists', `fingerprint ${fingerprint[0]}: ${JSON.stringify(again)}`);
-          const record = (again as Extract<ClaimResult, { outcome: 'exists' }>).record;
+          assert.equal(again.kind, 'exists', `fingerprint ${fingerprint[0]}: ${JSON.stringify(again)}`);
+          const record = (again as Extract<ClaimResult, { kind: 'exists' }>).record;
           assert.equal(record.token, token);
           assert.equal(record.state, 'started');
           assert.equal(record.leaseExpired, false);
@@ -293,7 +293,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         }
         assert.deepEqual(await rawRow('k'), before, 'the live row is untouched');
         // Its worker goes on and finishes.
-        assert.equal((await ctx.store.commit(ref, finishWith({ status: 201, headers: [], body: new Uint8Array([1]) }))).outcome, 'ok');
+        assert.equal((await ctx.store.commit(ref, finishWith({ status: 201, headers: [], body: new Uint8Array([1]) }))).kind, 'ok');
         assert.deepEqual(await sideNotes(), ['first']);
       });
 
@@ -313,7 +313,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
     describe('claim id', () => {
       const claimedId = (result: ClaimResult): string => {
-        assert.equal(result.outcome, 'claimed', `expected a claim, got ${JSON.stringify(result)}`);
+        assert.equal(result.kind, 'claimed', `expected a claim, got ${JSON.stringify(result)}`);
         const { claimId } = result as { claimId: string };
         assert.match(claimId, UUID);
         return claimId;
@@ -323,7 +323,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const id = claimedId(await ctx.store.claim(claimInput('k')));
         assert.equal(String((await rawRow('k'))?.claim_id), id);
         const again = await ctx.store.claim(claimInput('k'));
-        assert.equal(again.outcome, 'exists');
+        assert.equal(again.kind, 'exists');
         assert.equal((again as { record: { claimId: string } }).record.claimId, id);
         assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.claimId, id);
         assert.notEqual(claimedId(await ctx.store.claim(claimInput('k2'))), id, 'each key has its own claim id');
@@ -333,7 +333,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const id = claimedId(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
         const token = await currentToken('k');
         const taken = await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS);
-        assert.equal(taken.outcome, 'taken');
+        assert.equal(taken.kind, 'taken');
         assert.equal((taken as { claimId: string }).claimId, id, 'the takeover continues the claim');
         assert.ok((taken as { token: number }).token > token, 'with a new token');
         assert.equal(String((await rawRow('k'))?.claim_id), id);
@@ -342,7 +342,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
       it('changes when the key is claimed again after a discard', async () => {
         const id = claimedId(await ctx.store.claim(claimInput('k')));
         const token = await currentToken('k');
-        assert.deepEqual(await ctx.store.release({ scope: 'tenant-1', key: 'k', token }, { discard: true }), { outcome: 'ok', value: 'deleted' });
+        assert.deepEqual(await ctx.store.discard({ scope: 'tenant-1', key: 'k', token }), { kind: 'ok', value: 'deleted' });
         const next = claimedId(await ctx.store.claim(claimInput('k')));
         assert.notEqual(next, id, 'a claim after a discard is a new claim');
         assert.equal(String((await rawRow('k'))?.claim_id), next);
@@ -372,9 +372,9 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, phase('p1', 0), async () => ({ id: 7 }));
         const claimId = (await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.claimId;
         const taken = await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS);
-        assert.equal(taken.outcome, 'taken');
-        const { token: newToken, ...rest } = taken as Extract<typeof taken, { outcome: 'taken' }>;
-        assert.deepEqual(rest, { outcome: 'taken', claimId, recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } } });
+        assert.equal(taken.kind, 'taken');
+        const { token: newToken, ...rest } = taken as Extract<typeof taken, { kind: 'taken' }>;
+        assert.deepEqual(rest, { kind: 'taken', claimId, recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } } });
         assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
         assert.equal(record?.token, newToken);
@@ -383,17 +383,17 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
       it('loses while the lease is still valid', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
-        assert.deepEqual(await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS), { outcome: 'lost' });
+        assert.deepEqual(await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS), { kind: 'lost' });
         assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.token, token);
       });
 
       it('loses with a stale token even when the lease has expired', async () => {
         const { ref, stale } = await claimAndTakeOver('k');
         await ctx.store.release(ref); // the lease is over again; the token is ref's
-        assert.deepEqual(await ctx.store.takeOver(stale, LONG_LEASE_MS), { outcome: 'lost' });
+        assert.deepEqual(await ctx.store.takeOver(stale, LONG_LEASE_MS), { kind: 'lost' });
         assert.equal(await currentToken('k'), ref.token, 'the stale takeover changed nothing');
         const taken = await ctx.store.takeOver(ref, LONG_LEASE_MS);
-        assert.equal(taken.outcome, 'taken');
+        assert.equal(taken.kind, 'taken');
         assert.ok((taken as { token: number }).token > ref.token, 'a second takeover gets a higher token again');
       });
 
@@ -401,17 +401,17 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const token = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
         const ref = { scope: 'tenant-1', key: 'k', token };
         const results = await Promise.all([ctx.store.takeOver(ref, LONG_LEASE_MS), ctx.store.takeOver(ref, LONG_LEASE_MS)]);
-        assert.deepEqual(results.map((r) => r.outcome).sort(), ['lost', 'taken']);
+        assert.deepEqual(results.map((r) => r.kind).sort(), ['lost', 'taken']);
       });
 
       it('never takes over a finished key', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, finishWith({ status: 200, headers: [], body: new Uint8Array() }));
-        assert.deepEqual(await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS), { outcome: 'lost' });
+        assert.deepEqual(await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS), { kind: 'lost' });
       });
 
       it('loses on an absent key', async () => {
-        assert.deepEqual(await ctx.store.takeOver({ scope: 'tenant-1', key: 'nope', token: 0 }, LONG_LEASE_MS), { outcome: 'lost' });
+        assert.deepEqual(await ctx.store.takeOver({ scope: 'tenant-1', key: 'nope', token: 0 }, LONG_LEASE_MS), { kind: 'lost' });
       });
     });
 
@@ -421,7 +421,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
       it('lists a started key whose lease expired, with its request snapshot byte for byte', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
-        assert.deepEqual(await ctx.store.saveRequest({ scope: 'tenant-1', key: 'k', token }, snapshot), { outcome: 'ok', value: undefined });
+        assert.deepEqual(await ctx.store.saveRequest({ scope: 'tenant-1', key: 'k', token }, snapshot), { kind: 'ok', value: undefined });
         const found = await list();
         assert.equal(found.length, 1, 'one abandoned key');
         assert.equal(found[0]!.record.key, 'k');
@@ -450,7 +450,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
       it('fences saveRequest: a stale token stores nothing', async () => {
         const { stale } = await claimAndTakeOver('k');
-        assert.deepEqual(await ctx.store.saveRequest(stale, snapshot), { outcome: 'fenced' });
+        assert.deepEqual(await ctx.store.saveRequest(stale, snapshot), { kind: 'fenced' });
         assert.equal((await rawRow('k'))?.request, null);
       });
 
@@ -458,7 +458,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
         const [a, b] = await Promise.all([list(), list()]);
         const results = await Promise.all([a![0]!, b![0]!].map((x) => ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token: x.record.token }, LONG_LEASE_MS)));
-        assert.deepEqual(results.map((r) => r.outcome).sort(), ['lost', 'taken']);
+        assert.deepEqual(results.map((r) => r.kind).sort(), ['lost', 'taken']);
         assert.deepEqual(await list(), [], 'a taken-over key is no longer abandoned');
       });
 
@@ -476,9 +476,9 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const token = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
         const ref = { scope: 'tenant-1', key: 'k', token };
         const first = await ctx.store.commit(ref, phase('order_created'), insertSide('order'));
-        assert.deepEqual(first, { outcome: 'ok', value: { note: 'order' } });
+        assert.deepEqual(first, { kind: 'ok', value: { note: 'order' } });
         const second = await ctx.store.commit(ref, phase('psp_charged'), async () => ({ charge: 'ch_1', at: null }));
-        assert.equal(second.outcome, 'ok');
+        assert.equal(second.kind, 'ok');
 
         assert.deepEqual(await sideNotes(), ['order']);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
@@ -497,7 +497,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
           result: { n: 1 },
           leaseMs: LONG_LEASE_MS,
         }));
-        assert.deepEqual(result, { outcome: 'ok', value: undefined });
+        assert.deepEqual(result, { kind: 'ok', value: undefined });
         assert.deepEqual((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.phaseResults, { p: { n: 1 } });
       });
 
@@ -505,7 +505,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const { stale } = await claimAndTakeOver('k');
         const before = await rawRow('k');
         const result = await ctx.store.commit(stale, phase('p1'), insertSide('stale'));
-        assert.deepEqual(result, { outcome: 'fenced' });
+        assert.deepEqual(result, { kind: 'fenced' });
         assert.deepEqual(await sideNotes(), [], 'the stale worker’s insert was rolled back');
         assert.deepEqual(await rawRow('k'), before);
       });
@@ -544,9 +544,9 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const { ref, stale } = await claimAndTakeOver('k');
         for (let i = 0; i < 25; i++) {
           await assert.rejects(ctx.store.commit(ref, phase('p'), async () => Promise.reject(new Error(`fail ${i}`))));
-          assert.deepEqual(await ctx.store.commit(stale, phase('p'), insertSide('stale')), { outcome: 'fenced' });
+          assert.deepEqual(await ctx.store.commit(stale, phase('p'), insertSide('stale')), { kind: 'fenced' });
         }
-        assert.deepEqual(await ctx.store.commit(ref, phase('p'), insertSide('ok')), { outcome: 'ok', value: { note: 'ok' } });
+        assert.deepEqual(await ctx.store.commit(ref, phase('p'), insertSide('ok')), { kind: 'ok', value: { note: 'ok' } });
         assert.deepEqual(await sideNotes(), ['ok']);
       });
     });
@@ -565,10 +565,10 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
           ],
           body: binary,
         };
-        assert.equal((await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, finishWith(response))).outcome, 'ok');
+        assert.equal((await ctx.store.commit({ scope: 'tenant-1', key: 'k', token }, finishWith(response))).kind, 'ok');
         const again = await ctx.store.claim(claimInput('k'));
-        assert.equal(again.outcome, 'exists');
-        const record = (again as Extract<ClaimResult, { outcome: 'exists' }>).record;
+        assert.equal(again.kind, 'exists');
+        const record = (again as Extract<ClaimResult, { kind: 'exists' }>).record;
         assert.equal(record.state, 'done');
         assert.equal(record.recoveryPoint, 'finished');
         assert.ok(record.response, 'record.response');
@@ -603,7 +603,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
             return response;
           },
         );
-        assert.deepEqual(result, { outcome: 'ok', value: response });
+        assert.deepEqual(result, { kind: 'ok', value: response });
         assert.deepEqual(await sideNotes(), ['paid']);
         assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.state, 'done');
       });
@@ -613,9 +613,9 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const ref = { scope: 'tenant-1', key: 'k', token };
         await ctx.store.commit(ref, finishWith({ status: 200, headers: [], body: new Uint8Array([1]) }));
         assert.deepEqual(await ctx.store.commit(ref, finishWith({ status: 500, headers: [], body: new Uint8Array([2]) })), {
-          outcome: 'fenced',
+          kind: 'fenced',
         });
-        assert.deepEqual(await ctx.store.commit(ref, phase('late'), insertSide('late')), { outcome: 'fenced' });
+        assert.deepEqual(await ctx.store.commit(ref, phase('late'), insertSide('late')), { kind: 'fenced' });
         assert.deepEqual(await sideNotes(), []);
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
         assert.equal(record?.response?.status, 200);
@@ -627,7 +627,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
       it('extends an expired lease while the token is current', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
         assert.deepEqual(await ctx.store.extendLease({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS), {
-          outcome: 'ok',
+          kind: 'ok',
           value: undefined,
         });
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
@@ -637,14 +637,14 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
       it('is fenced with a stale token', async () => {
         const { stale } = await claimAndTakeOver('k');
-        assert.deepEqual(await ctx.store.extendLease(stale, LONG_LEASE_MS), { outcome: 'fenced' });
+        assert.deepEqual(await ctx.store.extendLease(stale, LONG_LEASE_MS), { kind: 'fenced' });
       });
 
       it('is fenced on a finished key', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         const ref = { scope: 'tenant-1', key: 'k', token };
         await ctx.store.commit(ref, finishWith({ status: 200, headers: [], body: new Uint8Array() }));
-        assert.deepEqual(await ctx.store.extendLease(ref, LONG_LEASE_MS), { outcome: 'fenced' });
+        assert.deepEqual(await ctx.store.extendLease(ref, LONG_LEASE_MS), { kind: 'fenced' });
         assert.equal((await rawRow('k'))?.locked_until, null);
       });
     });
@@ -654,35 +654,35 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         const ref = { scope: 'tenant-1', key: 'k', token };
         await ctx.store.commit(ref, phase('p1'), insertSide('order'));
-        assert.deepEqual(await ctx.store.release(ref), { outcome: 'ok', value: 'released' });
+        assert.deepEqual(await ctx.store.release(ref), { kind: 'ok', value: 'released' });
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
         assert.equal(record?.leaseExpired, true);
         assert.equal(record?.recoveryPoint, 'p1');
         assert.deepEqual(record?.phaseResults, { p1: { note: 'order' } });
         assert.deepEqual(await sideNotes(), ['order']);
         const taken = await ctx.store.takeOver(ref, LONG_LEASE_MS);
-        assert.equal(taken.outcome, 'taken');
-        const { token: newToken, ...rest } = taken as Extract<typeof taken, { outcome: 'taken' }>;
-        assert.deepEqual(rest, { outcome: 'taken', claimId: record?.claimId, recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } } });
+        assert.equal(taken.kind, 'taken');
+        const { token: newToken, ...rest } = taken as Extract<typeof taken, { kind: 'taken' }>;
+        assert.deepEqual(rest, { kind: 'taken', claimId: record?.claimId, recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } } });
         assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
       });
 
       it('with discard deletes a key on which no phase committed', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
-        assert.deepEqual(await ctx.store.release({ scope: 'tenant-1', key: 'k', token }, { discard: true }), {
-          outcome: 'ok',
+        assert.deepEqual(await ctx.store.discard({ scope: 'tenant-1', key: 'k', token }), {
+          kind: 'ok',
           value: 'deleted',
         });
         assert.equal(await rowCount(), 0);
         // The client may fix the request and retry with the same key.
-        assert.equal((await ctx.store.claim(claimInput('k', { fingerprint: fp(5) }))).outcome, 'claimed');
+        assert.equal((await ctx.store.claim(claimInput('k', { fingerprint: fp(5) }))).kind, 'claimed');
       });
 
       it('with discard only releases a key with a committed phase', async () => {
         const token = claimedToken(await ctx.store.claim(claimInput('k')));
         const ref = { scope: 'tenant-1', key: 'k', token };
         await ctx.store.commit(ref, phase('p1'), insertSide('order'));
-        assert.deepEqual(await ctx.store.release(ref, { discard: true }), { outcome: 'ok', value: 'released' });
+        assert.deepEqual(await ctx.store.discard(ref), { kind: 'ok', value: 'released' });
         const record = await ctx.store.get('tenant-1', 'k', RETENTION_MS);
         assert.ok(record, 'the row is kept');
         assert.equal(record.recoveryPoint, 'p1');
@@ -691,8 +691,8 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
 
       it('is fenced with a stale token, with or without discard', async () => {
         const { stale } = await claimAndTakeOver('k');
-        assert.deepEqual(await ctx.store.release(stale), { outcome: 'fenced' });
-        assert.deepEqual(await ctx.store.release(stale, { discard: true }), { outcome: 'fenced' });
+        assert.deepEqual(await ctx.store.release(stale), { kind: 'fenced' });
+        assert.deepEqual(await ctx.store.discard(stale), { kind: 'fenced' });
         assert.equal(await rowCount(), 1);
         assert.equal((await ctx.store.get('tenant-1', 'k', RETENTION_MS))?.leaseExpired, false);
       });
@@ -704,24 +704,24 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const old = { scope: 'tenant-1', key: 'k', token };
         await ctx.store.commit(old, phase('p1', 0), async () => 'done-by-old');
         const taken = await ctx.store.takeOver(old, LONG_LEASE_MS);
-        assert.equal(taken.outcome, 'taken');
+        assert.equal(taken.kind, 'taken');
         const current = { ...old, token: (taken as { token: number }).token };
         await ctx.store.commit(current, phase('p2'), insertSide('by-new'));
         const before = await rawRow('k');
 
-        assert.deepEqual(await ctx.store.commit(old, phase('p3'), insertSide('by-old')), { outcome: 'fenced' });
-        assert.deepEqual(await ctx.store.commit(old, phase('p3')), { outcome: 'fenced' });
+        assert.deepEqual(await ctx.store.commit(old, phase('p3'), insertSide('by-old')), { kind: 'fenced' });
+        assert.deepEqual(await ctx.store.commit(old, phase('p3')), { kind: 'fenced' });
         assert.deepEqual(
           await ctx.store.commit(old, finishWith({ status: 200, headers: [], body: new Uint8Array([9]) }), insertSide('by-old')),
-          { outcome: 'fenced' },
+          { kind: 'fenced' },
         );
         assert.deepEqual(await ctx.store.commit(old, finishWith({ status: 200, headers: [], body: new Uint8Array([9]) })), {
-          outcome: 'fenced',
+          kind: 'fenced',
         });
-        assert.deepEqual(await ctx.store.extendLease(old, LONG_LEASE_MS), { outcome: 'fenced' });
-        assert.deepEqual(await ctx.store.release(old), { outcome: 'fenced' });
-        assert.deepEqual(await ctx.store.release(old, { discard: true }), { outcome: 'fenced' });
-        assert.deepEqual(await ctx.store.takeOver(old, LONG_LEASE_MS), { outcome: 'lost' });
+        assert.deepEqual(await ctx.store.extendLease(old, LONG_LEASE_MS), { kind: 'fenced' });
+        assert.deepEqual(await ctx.store.release(old), { kind: 'fenced' });
+        assert.deepEqual(await ctx.store.discard(old), { kind: 'fenced' });
+        assert.deepEqual(await ctx.store.takeOver(old, LONG_LEASE_MS), { kind: 'lost' });
 
         assert.deepEqual(await rawRow('k'), before);
         assert.deepEqual(await sideNotes(), ['by-new']);
@@ -732,10 +732,10 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const t0 = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
         tokens.push(t0);
         const taken = await ctx.store.takeOver({ scope: 'tenant-1', key: 'k', token: t0 }, LONG_LEASE_MS);
-        assert.equal(taken.outcome, 'taken');
+        assert.equal(taken.kind, 'taken');
         const t1 = (taken as { token: number }).token;
         tokens.push(t1);
-        assert.deepEqual(await ctx.store.release({ scope: 'tenant-1', key: 'k', token: t1 }, { discard: true }), { outcome: 'ok', value: 'deleted' });
+        assert.deepEqual(await ctx.store.discard({ scope: 'tenant-1', key: 'k', token: t1 }), { kind: 'ok', value: 'deleted' });
         assert.equal(await rowCount(), 0);
         // Other keys drawing tokens in between must not matter.
         await ctx.store.claim(claimInput('other'));
@@ -765,10 +765,10 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         const before = await rawRow('k');
         for (const token of tokens.slice(0, -1)) {
           const stale = { scope: 'tenant-1', key: 'k', token };
-          assert.deepEqual(await ctx.store.commit(stale, phase('late'), insertSide(`stale-${token}`)), { outcome: 'fenced' }, `token ${token}`);
-          assert.deepEqual(await ctx.store.commit(stale, finishWith({ status: 500, headers: [], body: new Uint8Array() })), { outcome: 'fenced' });
-          assert.deepEqual(await ctx.store.extendLease(stale, LONG_LEASE_MS), { outcome: 'fenced' });
-          assert.deepEqual(await ctx.store.release(stale, { discard: true }), { outcome: 'fenced' });
+          assert.deepEqual(await ctx.store.commit(stale, phase('late'), insertSide(`stale-${token}`)), { kind: 'fenced' }, `token ${token}`);
+          assert.deepEqual(await ctx.store.commit(stale, finishWith({ status: 500, headers: [], body: new Uint8Array() })), { kind: 'fenced' });
+          assert.deepEqual(await ctx.store.extendLease(stale, LONG_LEASE_MS), { kind: 'fenced' });
+          assert.deepEqual(await ctx.store.discard(stale), { kind: 'fenced' });
         }
         assert.deepEqual(await rawRow('k'), before);
         assert.deepEqual(await sideNotes(), []);
@@ -778,17 +778,17 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         // Worker A claims and hangs; its lease runs out and B takes over, then B discards (the
         // request failed validation); the client's fixed request claims the key again.
         const { ref: b, stale: a } = await claimAndTakeOver('k');
-        assert.deepEqual(await ctx.store.release(b, { discard: true }), { outcome: 'ok', value: 'deleted' });
+        assert.deepEqual(await ctx.store.discard(b), { kind: 'ok', value: 'deleted' });
         const c = { scope: 'tenant-1', key: 'k', token: claimedToken(await ctx.store.claim(claimInput('k', { fingerprint: fp(7) }))) };
         assert.ok(c.token > b.token && c.token > a.token, `the new claim's token ${c.token} exceeds ${a.token} and ${b.token}`);
         const before = await rawRow('k');
         for (const stale of [a, b]) {
-          assert.deepEqual(await ctx.store.commit(stale, phase('late'), insertSide('stale')), { outcome: 'fenced' });
-          assert.deepEqual(await ctx.store.release(stale), { outcome: 'fenced' });
+          assert.deepEqual(await ctx.store.commit(stale, phase('late'), insertSide('stale')), { kind: 'fenced' });
+          assert.deepEqual(await ctx.store.release(stale), { kind: 'fenced' });
         }
         assert.deepEqual(await rawRow('k'), before);
         assert.deepEqual(await sideNotes(), []);
-        assert.deepEqual(await ctx.store.commit(c, phase('p1'), insertSide('fresh')), { outcome: 'ok', value: { note: 'fresh' } });
+        assert.deepEqual(await ctx.store.commit(c, phase('p1'), insertSide('fresh')), { kind: 'ok', value: { note: 'fresh' } });
         assert.deepEqual(await sideNotes(), ['fresh']);
       });
     });
@@ -861,10 +861,10 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
             const rejected = settled.filter((s) => s.status === 'rejected');
             assert.deepEqual(rejected, [], 'no claim may throw');
             const results = settled.map((s) => (s as PromiseFulfilledResult<ClaimResult>).value);
-            const claimed = results.filter((r) => r.outcome === 'claimed');
+            const claimed = results.filter((r) => r.kind === 'claimed');
             assert.equal(claimed.length, 1, `round ${round}: exactly one claim`);
             const token = claimedToken(claimed[0]!);
-            const existing = results.filter((r) => r.outcome === 'exists') as Array<Extract<ClaimResult, { outcome: 'exists' }>>;
+            const existing = results.filter((r) => r.kind === 'exists') as Array<Extract<ClaimResult, { kind: 'exists' }>>;
             assert.equal(existing.length, 49);
             for (const { record } of existing) {
               assert.equal(record.token, token);
@@ -884,7 +884,7 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
             })),
           );
           const results = await Promise.all(refs.map((ref) => ctx.store.commit(ref, phase('p'), insertSide(ref.key))));
-          assert.ok(results.every((r) => r.outcome === 'ok'), 'every phase committed');
+          assert.ok(results.every((r) => r.kind === 'ok'), 'every phase committed');
           assert.equal((await sideNotes()).length, 30);
         });
       });

@@ -11,7 +11,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import type { IdemEvent } from '../../src/engine/execution.js';
+import type { IdempotencyEvent } from '../../src/engine/execution.js';
 import { Completer, HttpIdempotency, type IdempotencyContext, type IdempotencyOptions, problemResponse } from '../../src/http/index.js';
 import { idempotency, type IdempotencyVariables } from '../../src/hono/index.js';
 import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
@@ -46,7 +46,7 @@ export interface PaymentsAppOptions {
   /** How long after its lease ended a key counts as abandoned, in ms (see `CompleterOptions.graceMs`). @default 0 */
   completerGraceMs?: number;
   /** idem's protocol events (claimed, taken-over, lease-lost, …), for logs and counters. */
-  onEvent?: (event: IdemEvent) => void;
+  onEvent?: (event: IdempotencyEvent) => void;
 }
 
 type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };

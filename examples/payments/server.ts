@@ -14,7 +14,7 @@ import { serve } from '@hono/node-server';
 import { createPaymentsApp, migrate } from './app.js';
 import { type Database, openDatabase } from './db.js';
 import { FakePsp } from './psp.js';
-import type { IdemEvent } from '../../src/engine/execution.js';
+import type { IdempotencyEvent } from '../../src/engine/execution.js';
 
 const env = process.env;
 const port = Number(env.PORT ?? 3000);
@@ -88,7 +88,7 @@ function fail(message: string): never {
 }
 
 /** Events a chaos supervisor counts: takeovers, fenced (stale) writes, discards. */
-function logEvent(event: IdemEvent): void {
+function logEvent(event: IdempotencyEvent): void {
   if (event.type === 'taken-over' || event.type === 'lease-lost' || event.type === 'discarded') {
     console.log(`idem-event ${JSON.stringify({ type: event.type, key: event.key, token: event.token })}`);
   }

@@ -247,7 +247,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
           ['recovery point', record.recoveryPoint],
           ['phases', Object.keys(record.phaseResults).join(', ') || '-'],
           ['lease', lease],
-          ['lock_version', record.lockVersion],
+          ['lock_version', record.token],
           ['claim id', record.claimId],
           ['fingerprint', record.fingerprint],
           ['created', `${iso(record.createdAt)}${record.retentionExpired ? ' (past retention: counts as absent)' : ''}`],

@@ -1,16 +1,16 @@
 /**
- * Errors thrown by `idem/client`: `IdemError`s (the library's one base class, pure, browser-safe)
+ * Errors thrown by `idem/client`: `IdempotencyError`s (the library's one base class, pure, browser-safe)
  * with `IDEM_CLIENT_*` codes. Each has a stable `code` (match on it, never on the message)
  * and, where another error caused it, `cause`. A final HTTP response (201, 402, 422, ...) is a
  * result, never an error: only misuse, a horizon that outlives the server's retention, and
  * giving up with no response at all throw.
  */
-import { ErrorCode, IdemError } from '../core/errors.js';
+import { ErrorCode, IdempotencyError } from '../core/errors.js';
 
-export { ErrorCode, IdemError };
+export { ErrorCode, IdempotencyError };
 
 /** An option is out of range (a negative delay, zero attempts, a non-function hook, ...). */
-export class InvalidClientOptionError extends IdemError {
+export class InvalidClientOptionError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.ClientInvalidOption, message);
   }
@@ -22,7 +22,7 @@ export class InvalidClientOptionError extends IdemError {
  * it forgot the key and run the work a second time (seed, pitfall "retention shorter than the
  * client's retry horizon"). Thrown by the `IdempotentClient` constructor.
  */
-export class HorizonExceedsRetentionError extends IdemError {
+export class HorizonExceedsRetentionError extends IdempotencyError {
   constructor(
     /** `maxElapsedMs + attemptTimeoutMs`, in ms. */
     readonly horizonMs: number,
@@ -43,7 +43,7 @@ export class HorizonExceedsRetentionError extends IdemError {
  * attempt's error. (When the last attempt did get a response, e.g. a 503, the client returns that
  * response instead of throwing, as `fetch` would.)
  */
-export class GaveUpError extends IdemError {
+export class GaveUpError extends IdempotencyError {
   constructor(
     /** The intent's idempotency key. */
     readonly key: string,
@@ -58,7 +58,7 @@ export class GaveUpError extends IdemError {
 }
 
 /** `send(key)` or `discard(key)` named a key the intent store does not hold. */
-export class UnknownIntentError extends IdemError {
+export class UnknownIntentError extends IdempotencyError {
   constructor(readonly key: string) {
     super(ErrorCode.UnknownIntent, `no persisted intent with idempotency key ${key}`);
   }

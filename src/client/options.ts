@@ -1,5 +1,5 @@
 /** The options, events and results of `IdempotentClient`, and the options' defaults and checks. */
-import { DEFAULT_HEADER_NAME } from '../core/constants.js';
+import { DEFAULT_KEY_HEADER } from '../core/constants.js';
 import { HorizonExceedsRetentionError, InvalidClientOptionError } from './errors.js';
 import type { IntentRecord, IntentStore } from './intent.js';
 
@@ -117,7 +117,7 @@ export function resolveOptions(options: IdempotentClientOptions): ResolvedOption
     attemptTimeoutMs: options.attemptTimeoutMs ?? 30_000,
     baseDelayMs: options.baseDelayMs ?? 250,
     maxDelayMs: options.maxDelayMs ?? 30_000,
-    keyHeader: options.keyHeader ?? DEFAULT_HEADER_NAME,
+    keyHeader: options.keyHeader ?? DEFAULT_KEY_HEADER,
     generateKey: options.generateKey ?? (() => crypto.randomUUID()),
     persistCredentials: options.persistCredentials ?? false,
     random: options.random ?? Math.random,

@@ -44,7 +44,7 @@ export const PHASE_NAME_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
 export const DEFAULT_METHODS = ['POST', 'PATCH'] as const;
 
 /** Default request header carrying the key (draft-ietf-httpapi-idempotency-key-header §2). */
-export const DEFAULT_HEADER_NAME = 'Idempotency-Key';
+export const DEFAULT_KEY_HEADER = 'Idempotency-Key';
 
 /** Header added to every replayed response (Stripe's `Idempotent-Replayed`). */
 export const REPLAYED_HEADER = 'Idempotent-Replayed';

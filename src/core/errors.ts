@@ -25,7 +25,7 @@ export const ErrorCode = {
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
 /** Base class of every error idem throws. */
-export class IdemError extends Error {
+export class IdempotencyError extends Error {
   /** Stable machine-readable code, e.g. `IDEM_LEASE_LOST`. */
   readonly code: ErrorCode;
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
@@ -39,35 +39,35 @@ export class IdemError extends Error {
  * The idempotency key is malformed: empty, longer than 255 characters, not printable ASCII,
  * a malformed sf-string, or sent in more than one header line (conformance 5).
  */
-export class InvalidKeyError extends IdemError {
+export class InvalidKeyError extends IdempotencyError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(ErrorCode.InvalidKey, message, options);
   }
 }
 
 /** The route requires an idempotency key and none was sent (conformance 2). */
-export class MissingKeyError extends IdemError {
+export class MissingKeyError extends IdempotencyError {
   constructor(message = 'An idempotency key is required for this request') {
     super(ErrorCode.MissingKey, message);
   }
 }
 
 /** The scope resolver returned something that is not a 1-255 character string. */
-export class InvalidScopeError extends IdemError {
+export class InvalidScopeError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.InvalidScope, message);
   }
 }
 
 /** A phase name is not 1-64 characters of `[A-Za-z0-9_.-]`, or is reserved. */
-export class InvalidPhaseError extends IdemError {
+export class InvalidPhaseError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.InvalidPhase, message);
   }
 }
 
 /** An option passed to a factory is out of range; thrown at start-up, never per request. */
-export class InvalidOptionError extends IdemError {
+export class InvalidOptionError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.InvalidOption, message);
   }
@@ -78,21 +78,21 @@ export class InvalidOptionError extends IdemError {
  * newer) or the key was removed. The write was rolled back together with the phase's local
  * effects; stop working on this key (seed step 4, "0 rows: we lost the lease, roll back").
  */
-export class LeaseLostError extends IdemError {
+export class LeaseLostError extends IdempotencyError {
   constructor(message = 'The lease on this idempotency key was lost to another worker; the write was rolled back') {
     super(ErrorCode.LeaseLost, message);
   }
 }
 
 /** The store could not be reached or failed; `cause` carries the driver's error (with its SQLSTATE `code`). */
-export class StoreUnavailableError extends IdemError {
+export class StoreUnavailableError extends IdempotencyError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(ErrorCode.StoreUnavailable, message, options);
   }
 }
 
 /** A method was called on an execution that has already finished, been released or abandoned. */
-export class ExecutionClosedError extends IdemError {
+export class ExecutionClosedError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.ExecutionClosed, message);
   }
@@ -103,7 +103,7 @@ export class ExecutionClosedError extends IdemError {
  * removed too early from `keys`, or a row written by another deployment). Nothing is replayed:
  * add the key back. `keyId` names the missing key.
  */
-export class UnknownKeyIdError extends IdemError {
+export class UnknownKeyIdError extends IdempotencyError {
   /** The key id the stored response names. */
   readonly keyId: string;
   constructor(keyId: string) {
@@ -117,7 +117,7 @@ export class UnknownKeyIdError extends IdemError {
  * authentication (tampered, or copied from another row), it is encrypted but no cipher is
  * configured, or its out-of-line body is missing. Never replayed as something else.
  */
-export class ResponseUnreadableError extends IdemError {
+export class ResponseUnreadableError extends IdempotencyError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(ErrorCode.ResponseUnreadable, message, options);
   }

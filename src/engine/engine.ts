@@ -1,9 +1,9 @@
 import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS, MAX_SCOPE_LENGTH } from '../core/constants.js';
 import { decide } from '../core/decide.js';
-import { IdemError, InvalidOptionError, InvalidScopeError, StoreUnavailableError } from '../core/errors.js';
+import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailableError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import type { IdempotencyStore, KeyRecord, StoredResponse } from '../store/types.js';
-import { Execution, type IdemEvent, notify } from './execution.js';
+import { Execution, type IdempotencyEvent, notify } from './execution.js';
 
 /** Options of {@link IdempotencyEngine}. */
 export interface EngineOptions<Tx = unknown> {
@@ -35,7 +35,7 @@ export interface EngineOptions<Tx = unknown> {
    */
   maxExecutionMs?: number;
   /** Called for every protocol event (claimed, replayed, taken-over, …), for logs and metrics. Must not throw. */
-  onEvent?: (event: IdemEvent) => void;
+  onEvent?: (event: IdempotencyEvent) => void;
 }
 
 /** What a request carries into the engine. */
@@ -81,7 +81,7 @@ export class IdempotencyEngine<Tx = unknown> {
   readonly retentionMs: number;
   readonly heartbeatMs: number;
   readonly maxExecutionMs: number;
-  private readonly onEvent: ((event: IdemEvent) => void) | undefined;
+  private readonly onEvent: ((event: IdempotencyEvent) => void) | undefined;
 
   /** @throws {InvalidOptionError} for a missing store or out-of-range durations. */
   constructor(options: EngineOptions<Tx>) {
@@ -133,7 +133,7 @@ export class IdempotencyEngine<Tx = unknown> {
           leaseMs: this.leaseMs,
           retentionMs: this.retentionMs,
         });
-        if (claim.outcome === 'claimed') {
+        if (claim.kind === 'claimed') {
           this.emit('claimed', scope, key, claim.token);
           return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}) };
         }
@@ -158,7 +158,7 @@ export class IdempotencyEngine<Tx = unknown> {
       }
       return { kind: 'in-progress', retryAfterMs: 1000 };
     } catch (error) {
-      if (error instanceof IdemError) throw error;
+      if (error instanceof IdempotencyError) throw error;
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     }
@@ -176,7 +176,7 @@ export class IdempotencyEngine<Tx = unknown> {
    */
   async takeOver(ref: { scope: string; key: string; token: number }): Promise<Execution<Tx> | undefined> {
     const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, this.leaseMs);
-    if (taken.outcome === 'lost') return undefined;
+    if (taken.kind === 'lost') return undefined;
     this.emit('taken-over', ref.scope, ref.key, taken.token);
     return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults);
   }
@@ -192,7 +192,7 @@ export class IdempotencyEngine<Tx = unknown> {
     );
   }
 
-  private emit(type: IdemEvent['type'], scope: string, key: string, token?: number): void {
+  private emit(type: IdempotencyEvent['type'], scope: string, key: string, token?: number): void {
     notify(this.onEvent, token === undefined ? { type, scope, key } : { type, scope, key, token });
   }
 }

@@ -10,11 +10,11 @@ export interface ExecutionSettings {
   heartbeatMs: number;
   /** The heartbeat stops extending the lease after this many ms, so a hung worker cannot hold a key forever. */
   maxExecutionMs: number;
-  onEvent?: ((event: IdemEvent) => void) | undefined;
+  onEvent?: ((event: IdempotencyEvent) => void) | undefined;
 }
 
 /** Observability events, for logs and metrics. */
-export type IdemEvent = {
+export type IdempotencyEvent = {
   type:
     | 'claimed'
     | 'replayed'
@@ -67,7 +67,7 @@ export class Execution<Tx = unknown> {
   private readonly results: PhaseResults;
   private readonly abort = new AbortController();
   private timer: ReturnType<typeof setInterval> | undefined;
-  private state: 'open' | 'finished' | 'released' | 'lost' = 'open';
+  private state: 'open' | 'done' | 'released' | 'lost' = 'open';
   private committed = 0;
 
   /** @internal created by the engine */
@@ -95,8 +95,8 @@ export class Execution<Tx = unknown> {
     return this.ref.token;
   }
 
-  /** `open` while work may continue; otherwise how it ended. */
-  get status(): 'open' | 'finished' | 'released' | 'lost' {
+  /** `open` while work may continue; otherwise how it ended: `done` (finished, response stored), `released` or `lost`. */
+  get status(): 'open' | 'done' | 'released' | 'lost' {
     return this.state;
   }
 
@@ -151,7 +151,7 @@ export class Execution<Tx = unknown> {
       },
       fn,
     );
-    if (outcome.outcome === 'fenced') throw this.lost();
+    if (outcome.kind === 'fenced') throw this.lost();
     this.results[name] = json;
     this.committed++;
     this.emit('phase-committed', name);
@@ -183,7 +183,7 @@ export class Execution<Tx = unknown> {
       result: json,
       leaseMs: this.settings.leaseMs,
     }));
-    if (outcome.outcome === 'fenced') throw this.lost();
+    if (outcome.kind === 'fenced') throw this.lost();
     this.results[name] = json;
     this.committed++;
     this.emit('phase-committed', name);
@@ -202,14 +202,14 @@ export class Execution<Tx = unknown> {
     let stored: StoredResponse;
     if (typeof response === 'function') {
       const outcome = await this.store.commit(this.ref, (r: StoredResponse) => ({ kind: 'finish', response: checkResponse(r) }), response);
-      if (outcome.outcome === 'fenced') throw this.lost();
+      if (outcome.kind === 'fenced') throw this.lost();
       stored = outcome.value;
     } else {
       const outcome = await this.store.commit(this.ref, () => ({ kind: 'finish', response: checkResponse(response) }));
-      if (outcome.outcome === 'fenced') throw this.lost();
+      if (outcome.kind === 'fenced') throw this.lost();
       stored = response;
     }
-    this.close('finished');
+    this.close('done');
     this.emit('finished');
     return stored;
   }
@@ -223,7 +223,7 @@ export class Execution<Tx = unknown> {
     if (this.state !== 'open') return;
     this.close('released');
     const outcome = await this.store.release(this.ref);
-    this.emit(outcome.outcome === 'ok' ? 'released' : 'lease-lost');
+    this.emit(outcome.kind === 'ok' ? 'released' : 'lease-lost');
   }
 
   /**
@@ -236,8 +236,8 @@ export class Execution<Tx = unknown> {
   async discard(): Promise<'deleted' | 'released' | 'fenced'> {
     if (this.state !== 'open') return 'fenced';
     this.close('released');
-    const outcome = await this.store.release(this.ref, { discard: true });
-    if (outcome.outcome === 'fenced') return 'fenced';
+    const outcome = await this.store.discard(this.ref);
+    if (outcome.kind === 'fenced') return 'fenced';
     this.emit(outcome.value === 'deleted' ? 'discarded' : 'released');
     return outcome.value;
   }
@@ -251,7 +251,7 @@ export class Execution<Tx = unknown> {
   async extendLease(): Promise<void> {
     this.ensureOpen();
     const outcome = await this.store.extendLease(this.ref, this.settings.leaseMs);
-    if (outcome.outcome === 'fenced') throw this.lost();
+    if (outcome.kind === 'fenced') throw this.lost();
   }
 
   private startHeartbeat(): void {
@@ -265,7 +265,7 @@ export class Execution<Tx = unknown> {
       }
       this.store.extendLease(this.ref, this.settings.leaseMs).then(
         (outcome) => {
-          if (outcome.outcome === 'fenced' && this.state === 'open') this.lost();
+          if (outcome.kind === 'fenced' && this.state === 'open') this.lost();
         },
         () => {
           // A failed heartbeat is not a lost lease: the lease simply runs out if the store
@@ -281,7 +281,7 @@ export class Execution<Tx = unknown> {
     this.timer = undefined;
   }
 
-  private close(state: 'finished' | 'released' | 'lost'): void {
+  private close(state: 'done' | 'released' | 'lost'): void {
     this.state = state;
     this.stopHeartbeat();
   }
@@ -301,15 +301,15 @@ export class Execution<Tx = unknown> {
     if (this.state !== 'open') throw new ExecutionClosedError(`This execution has already ${this.state}`);
   }
 
-  private emit(type: IdemEvent['type'], phase?: string): void {
-    const event: IdemEvent = { type, scope: this.scope, key: this.key, token: this.ref.token };
+  private emit(type: IdempotencyEvent['type'], phase?: string): void {
+    const event: IdempotencyEvent = { type, scope: this.scope, key: this.key, token: this.ref.token };
     if (phase !== undefined) event.phase = phase;
     notify(this.settings.onEvent, event);
   }
 }
 
 /** Delivers an event to an observer; an observer's failure never changes the outcome of the work. */
-export function notify(onEvent: ((event: IdemEvent) => void) | undefined, event: IdemEvent): void {
+export function notify(onEvent: ((event: IdempotencyEvent) => void) | undefined, event: IdempotencyEvent): void {
   if (!onEvent) return;
   try {
     onEvent(event);

@@ -15,6 +15,7 @@
  * ```
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { DEFAULT_KEY_HEADER } from '../core/constants.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
 import { bodyResponse } from '../http/response.js';
@@ -54,7 +55,7 @@ const SENDING = Symbol('idem.sending');
  */
 export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): ExpressIdempotency<Tx> {
   const core = new HttpIdempotency<Tx>(options);
-  const headerName = (options.headerName ?? 'Idempotency-Key').toLowerCase();
+  const keyHeader = (options.keyHeader ?? options.headerName ?? DEFAULT_KEY_HEADER).toLowerCase();
 
   const middleware = async function idempotencyMiddleware(req: ReqLike, res: ResLike, next: Next): Promise<void> {
     try {
@@ -68,7 +69,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
         url: req.originalUrl ?? req.url ?? '/',
         headers,
         body,
-        keyHeaderLines: (req.headersDistinct as Record<string, string[] | undefined> | undefined)?.[headerName],
+        keyHeaderLines: (req.headersDistinct as Record<string, string[] | undefined> | undefined)?.[keyHeader],
       });
       if (prepared.kind === 'pass') return next();
       if (prepared.kind === 'respond') return void (await send(res, prepared.response));

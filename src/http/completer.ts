@@ -169,6 +169,6 @@ export class Completer<Tx = unknown> {
       body: request.body && request.method !== 'GET' && request.method !== 'HEAD' ? request.body : null,
     });
     await this.http.resume(execution, rebuilt, this.run);
-    return execution.status === 'finished' ? 'completed' : 'failed';
+    return execution.status === 'done' ? 'completed' : 'failed';
   }
 }

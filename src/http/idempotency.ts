@@ -1,4 +1,4 @@
-import { DEFAULT_HEADER_NAME, DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
+import { DEFAULT_KEY_HEADER, DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
 import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { parseIdempotencyKey, validateKey } from '../core/key.js';
@@ -46,6 +46,8 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    * Request header carrying the key, e.g. `PayPal-Request-Id` (conformance 4).
    * @default 'Idempotency-Key'
    */
+  keyHeader?: string;
+  /** @deprecated renamed {@link keyHeader} (the client's option has the same name); used when `keyHeader` is not set. */
   headerName?: string;
   /**
    * Takes the key from somewhere else, e.g. a body field (EC2 `ClientToken` style). Return
@@ -121,7 +123,7 @@ export type Prepared<Tx = unknown> =
 export class HttpIdempotency<Tx = unknown> {
   readonly engine: IdempotencyEngine<Tx>;
   private readonly methods: Set<string>;
-  private readonly headerName: string;
+  private readonly keyHeader: string;
   private readonly capture: ResponseCapture;
   private readonly discardStatuses: Set<number>;
   private readonly problems: ProblemFormat;
@@ -132,7 +134,7 @@ export class HttpIdempotency<Tx = unknown> {
     else if (options.store) this.engine = new IdempotencyEngine<Tx>({ ...options, store: options.store });
     else throw new InvalidOptionError('idem: pass `store` (e.g. new PostgresStore({ client })) or `engine`');
     this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
-    this.headerName = options.headerName ?? DEFAULT_HEADER_NAME;
+    this.keyHeader = options.keyHeader ?? options.headerName ?? DEFAULT_KEY_HEADER;
     const keep = replayHeaderFilter(options.replayHeaders ?? DEFAULT_REPLAY_HEADERS);
     this.capture = (response) => captureResponse(response, keep);
     this.discardStatuses = new Set(options.discardStatuses ?? [400, 401, 403, 422, 429]);
@@ -167,14 +169,14 @@ export class HttpIdempotency<Tx = unknown> {
     try {
       key = this.options.getKey
         ? optionalKey(this.options.getKey(request))
-        : parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.headerName));
+        : parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.keyHeader));
     } catch (error) {
       if (!(error instanceof InvalidKeyError)) throw error;
       return this.problem(ProblemKind.InvalidKey, 400, `${error.message}.`);
     }
     if (key === undefined) {
       if (!this.options.required) return { kind: 'pass' };
-      return this.problem(ProblemKind.MissingKey, 400, `Send an ${this.headerName} header (1-255 printable ASCII characters, e.g. a UUID) with this request.`);
+      return this.problem(ProblemKind.MissingKey, 400, `Send an ${this.keyHeader} header (1-255 printable ASCII characters, e.g. a UUID) with this request.`);
     }
     let begun;
     try {
@@ -288,7 +290,7 @@ export class HttpIdempotency<Tx = unknown> {
         { scope: execution.scope, key: execution.key, token: execution.token },
         { method: request.method.toUpperCase(), url: url.pathname + url.search, contentType: request.headers.get('content-type'), body: request.body },
       );
-      if (saved.outcome === 'ok') return undefined;
+      if (saved.kind === 'ok') return undefined;
     } catch {
       await execution.release().catch(() => undefined);
       return this.storeUnavailable().response;
@@ -299,7 +301,7 @@ export class HttpIdempotency<Tx = unknown> {
 
   private async complete(context: IdempotencyContext<Tx>, response: Response): Promise<Response> {
     const execution = context.execution;
-    if (execution.status === 'finished') return response; // the handler stored it via respond()
+    if (execution.status === 'done') return response; // the handler stored it via respond()
     if (execution.status === 'lost') return this.leaseLost();
     if (execution.status === 'released') return response;
     if (!execution.workStarted && (context.rejected || this.discardStatuses.has(response.status))) {

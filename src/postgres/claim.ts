@@ -8,7 +8,7 @@ import type { PartitionedStatements } from './sql.js';
 
 /** The claim's result when this worker won: the token and claim id of the row it wrote. */
 function claimed(row: Row): ClaimResult {
-  return { outcome: 'claimed', token: Number(row.lock_version), claimId: String(row.claim_id) };
+  return { kind: 'claimed', token: Number(row.lock_version), claimId: String(row.claim_id) };
 }
 
 /** See `IdempotencyStore.claim`. */
@@ -17,9 +17,9 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
   // Replay fast path: a finished key within retention is answered by one plain read. A
   // finished row only ever changes by being deleted or replaced past retention, so the
   // answer cannot be stale in a way that matters; every other case claims below.
-  const finished = (await db.query(sql.readFinished, [input.scope, input.key, input.retentionMs])).rows[0];
-  if (finished && finished.state === KeyState.Done && finished.retention_expired !== true) {
-    return { outcome: 'exists', record: await readRecord(ctx, finished, input.scope, input.key, input.fingerprint) };
+  const done = (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
+  if (done && done.state === KeyState.Done && done.retention_expired !== true) {
+    return { kind: 'exists', record: await readRecord(ctx, done, input.scope, input.key, input.fingerprint) };
   }
   if (ctx.psql) return claimPartitioned(ctx, ctx.psql, input);
   const params = [input.scope, input.key, input.fingerprint, input.leaseMs, input.retentionMs];
@@ -27,7 +27,7 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
   // made progress (a replacement or a deletion), which cannot repeat without bound.
   for (let attempt = 0; attempt < 5; attempt++) {
     let row = (await db.query(sql.claim, params)).rows[0];
-    if (row?.outcome === 'claimed') return claimed(row);
+    if (row?.kind === 'claimed') return claimed(row);
     if (!row) {
       // Lost the race to a concurrent claim committed after our snapshot: read it fresh.
       row = (await db.query(sql.readForUpdate, [input.scope, input.key, input.retentionMs])).rows[0];
@@ -45,7 +45,7 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
       }
       continue;
     }
-    return { outcome: 'exists', record: await readRecord(ctx, row, input.scope, input.key, input.fingerprint) };
+    return { kind: 'exists', record: await readRecord(ctx, row, input.scope, input.key, input.fingerprint) };
   }
   throw new Error('idem/postgres: claim did not settle after 5 attempts');
 }
@@ -62,17 +62,17 @@ async function claimPartitioned(ctx: StoreContext, psql: PartitionedStatements, 
     return await db.transaction(async (tx): Promise<ClaimResult> => {
       await db.queryOn(tx, psql.lockKey, [input.scope, input.key]);
       const row = (await db.queryOn(tx, psql.claim, params)).rows[0]!;
-      if (row.outcome === 'claimed') return claimed(row);
+      if (row.kind === 'claimed') return claimed(row);
       if (row.retention_expired === true && row.lease_expired === true) {
         const won = (await db.queryOn(tx, psql.replaceExpired, [...params, row.lock_version])).rows[0];
         if (won) return claimed(won);
         // A takeover or heartbeat (not a claim: those wait for the lock) changed the row in
         // between: report it as it is now.
         const now = (await db.queryOn(tx, ctx.sql.read, [input.scope, input.key, input.retentionMs])).rows[0];
-        if (now) return { outcome: 'exists', record: await readRecord(ctx, now, input.scope, input.key, input.fingerprint) };
+        if (now) return { kind: 'exists', record: await readRecord(ctx, now, input.scope, input.key, input.fingerprint) };
         throw new Error('idem/postgres: a key row vanished during its partitioned claim');
       }
-      return { outcome: 'exists', record: await readRecord(ctx, row, input.scope, input.key, input.fingerprint) };
+      return { kind: 'exists', record: await readRecord(ctx, row, input.scope, input.key, input.fingerprint) };
     });
   } catch (error) {
     if ((error as { code?: string }).code === '23514') {
@@ -87,9 +87,9 @@ async function claimPartitioned(ctx: StoreContext, psql: PartitionedStatements, 
 /** See `IdempotencyStore.takeOver`. */
 export async function takeOver(ctx: StoreContext, ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
   const row = (await ctx.db.query(ctx.sql.takeOver, [ref.scope, ref.key, ref.token, leaseMs])).rows[0];
-  if (!row) return { outcome: 'lost' };
+  if (!row) return { kind: 'lost' };
   return {
-    outcome: 'taken',
+    kind: 'taken',
     token: Number(row.lock_version),
     claimId: String(row.claim_id),
     recoveryPoint: String(row.recovery_point),

@@ -14,7 +14,7 @@ const FENCED = Symbol('idem.fenced');
  */
 export async function commitRecord(ctx: StoreContext, ref: KeyRef, rec: CommitRecord): Promise<Fenced> {
   if (rec.kind === 'phase' || rec.response.body.length <= ctx.inlineMaxBytes) {
-    return (await write(ctx, undefined, ref, rec)) ? { outcome: 'ok', value: undefined } : { outcome: 'fenced' };
+    return (await write(ctx, undefined, ref, rec)) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
   return commitWithEffects(ctx, ref, () => rec, async () => undefined);
 }
@@ -38,11 +38,11 @@ export async function commitWithEffects<T>(
       if (!(await write(ctx, tx, ref, record(value), (blob) => (external = blob)))) throw FENCED;
       return value;
     });
-    return { outcome: 'ok', value };
+    return { kind: 'ok', value };
   } catch (error) {
     // The row does not point at an external blob written for it: delete the blob now.
     if (external) await ctx.blobs.delete([external]).catch(() => undefined);
-    if (error === FENCED) return { outcome: 'fenced' };
+    if (error === FENCED) return { kind: 'fenced' };
     throw error;
   }
 }

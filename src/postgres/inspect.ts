@@ -14,8 +14,8 @@ export interface KeyInspection {
   fingerprint: string;
   recoveryPoint: string;
   phaseResults: PhaseResults;
-  /** Fencing token. */
-  lockVersion: string;
+  /** The fencing token (column `lock_version`), as decimal text. */
+  token: string;
   claimId: string;
   lockedUntil: Date | null;
   leaseExpired: boolean;
@@ -63,7 +63,7 @@ export async function inspect(ctx: StoreContext, scope: string, key: string, ret
     fingerprint: String(row.fingerprint),
     recoveryPoint: String(row.recovery_point),
     phaseResults: (row.phase_results ?? {}) as PhaseResults,
-    lockVersion: String(row.lock_version),
+    token: String(row.lock_version),
     claimId: String(row.claim_id),
     lockedUntil: dateOrNull(row.locked_until),
     leaseExpired: row.lease_expired === true,

@@ -31,7 +31,7 @@ export function blobRef(row: Row, scope: string, key: string): BlobRef {
 
 /**
  * A row as a {@link KeyRecord}. `scope` and `key` are the ones the row was looked up by. A row
- * from `readFinished` has no lease columns: a finished row holds no lease (expired, 0 ms left).
+ * from `readDone` has no lease columns: a finished row holds no lease (expired, 0 ms left).
  * The response is as stored (sealed, or empty when out of line); `readRecord` in responses.ts
  * opens it. The row object is only read, never extended: adding properties to the driver's
  * row objects measurably slowed the replay path (bench/).

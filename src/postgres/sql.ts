@@ -33,7 +33,7 @@ export interface Statements {
   blobTable: string;
   /** sql/claim.ts */
   claim: string;
-  readFinished: string;
+  readDone: string;
   readForUpdate: string;
   read: string;
   replaceExpired: string;

@@ -103,18 +103,18 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
 
   async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
     const { rows } = await this.ctx.db.query(this.ctx.sql.extendLease, [ref.scope, ref.key, ref.token, leaseMs]);
-    return rows.length > 0 ? { outcome: 'ok', value: undefined } : { outcome: 'fenced' };
+    return rows.length > 0 ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
 
-  async release(ref: KeyRef, options?: { discard?: boolean }): Promise<Fenced<'released' | 'deleted'>> {
-    const { db, sql } = this.ctx;
-    const params = [ref.scope, ref.key, ref.token];
-    if (options?.discard) {
-      const { rows } = await db.query(sql.discard, params);
-      if (rows.length > 0) return { outcome: 'ok', value: 'deleted' };
-    }
-    const { rows } = await db.query(sql.release, params);
-    return rows.length > 0 ? { outcome: 'ok', value: 'released' } : { outcome: 'fenced' };
+  async release(ref: KeyRef): Promise<Fenced<'released'>> {
+    const { rows } = await this.ctx.db.query(this.ctx.sql.release, [ref.scope, ref.key, ref.token]);
+    return rows.length > 0 ? { kind: 'ok', value: 'released' } : { kind: 'fenced' };
+  }
+
+  async discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>> {
+    const { rows } = await this.ctx.db.query(this.ctx.sql.discard, [ref.scope, ref.key, ref.token]);
+    if (rows.length > 0) return { kind: 'ok', value: 'deleted' };
+    return this.release(ref);
   }
 
   async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
@@ -125,7 +125,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
 
   async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
     const { rows } = await this.ctx.db.query(this.ctx.sql.saveRequest, [ref.scope, ref.key, ref.token, snapshotJson(request)]);
-    return rows.length > 0 ? { outcome: 'ok', value: undefined } : { outcome: 'fenced' };
+    return rows.length > 0 ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
 
   async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {

@@ -84,17 +84,17 @@ export interface ClaimInput {
 
 /** Outcome of a claim: this worker owns the key, or the key already exists. */
 export type ClaimResult =
-  | { outcome: 'claimed'; token: number; claimId: string }
-  | { outcome: 'exists'; record: KeyRecord };
+  | { kind: 'claimed'; token: number; claimId: string }
+  | { kind: 'exists'; record: KeyRecord };
 
 /** Outcome of a takeover attempt. */
 export type TakeOverResult =
-  | { outcome: 'taken'; token: number; claimId: string; recoveryPoint: string; phaseResults: PhaseResults }
+  | { kind: 'taken'; token: number; claimId: string; recoveryPoint: string; phaseResults: PhaseResults }
   /** Someone else took over, the lease was renewed, the key finished, or it is gone: read again. */
-  | { outcome: 'lost' };
+  | { kind: 'lost' };
 
 /** Outcome of a fenced write: done, or the token is stale and nothing changed. */
-export type Fenced<T = void> = { outcome: 'ok'; value: T } | { outcome: 'fenced' };
+export type Fenced<T = void> = { kind: 'ok'; value: T } | { kind: 'fenced' };
 
 /**
  * What a commit records together with its local effects: either an atomic phase's recovery
@@ -107,7 +107,7 @@ export type CommitRecord =
 /**
  * The storage behind idem: one row per (scope, key). Expected outcomes are result unions;
  * only failures of the store itself throw. Every method after `claim` is fenced by the
- * token: a worker whose token is stale changes nothing and gets `{ outcome: 'fenced' }`.
+ * token: a worker whose token is stale changes nothing and gets `{ kind: 'fenced' }`.
  *
  * @typeParam Tx the transaction handle passed to local effects (for the PostgreSQL store,
  *   a client on which the transaction is open).
@@ -141,11 +141,16 @@ export interface IdempotencyStore<Tx = unknown> {
 
   /**
    * Ends this worker's lease without finishing, keeping the recovery point, so the next retry
-   * takes over at once and resumes (conformance 10). With `discard`, a key on which no phase
-   * has committed is deleted instead: the request was rejected before work started and the
-   * client may fix it and retry with the same key (seed, "What gets stored").
+   * takes over at once and resumes (conformance 10).
    */
-  release(ref: KeyRef, options?: { discard?: boolean }): Promise<Fenced<'released' | 'deleted'>>;
+  release(ref: KeyRef): Promise<Fenced<'released'>>;
+
+  /**
+   * Deletes a key on which no phase has committed: the request was rejected before work
+   * started and the client may fix it and retry with the same key (seed, "What gets stored").
+   * A key with a committed phase is released instead (see {@link release}), never deleted.
+   */
+  discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>>;
 
   /** Reads a key, or `undefined` when absent or past retention. */
   get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined>;

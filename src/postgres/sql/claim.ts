@@ -58,7 +58,7 @@ export function claimStatements({ t, nextToken }: TableNames) {
      * from it; anything else (absent, started, past retention) goes through `claim`, so the
      * claim stays the unique insert. $1 scope, $2 key, $3 retention ms.
      */
-    readFinished: `SELECT state, fingerprint, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
+    readDone: `SELECT state, fingerprint, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
         response_status, response_headers, response_body, response_body_ref, response_key_id, created_at,
         ${retentionExpired('$3')}
       FROM ${t} WHERE scope = $1 AND key = $2`,

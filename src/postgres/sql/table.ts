@@ -68,7 +68,7 @@ export const ROW = `scope, key, fingerprint, state, recovery_point, phase_result
   response_status, response_headers, response_body, response_body_ref, response_key_id, created_at`;
 
 /** The claim's result row when the insert won: {@link ROW}'s columns, NULL but for the token and claim id. */
-export const CLAIMED_ROW = `SELECT 'claimed' AS outcome, NULL::text AS scope, NULL::text AS key, NULL::bytea AS fingerprint,
+export const CLAIMED_ROW = `SELECT 'claimed' AS kind, NULL::text AS scope, NULL::text AS key, NULL::bytea AS fingerprint,
         NULL::text AS state, NULL::text AS recovery_point, NULL::jsonb AS phase_results,
         lock_version::text AS lock_version, claim_id::text AS claim_id, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
         NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::text AS response_body_ref,
