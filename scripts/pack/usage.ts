@@ -7,7 +7,7 @@ import {
   Completer,
   type Execution,
   HttpIdempotency,
-  IdemError,
+  type IdemError,
   IdempotencyEngine,
   type IdempotencyContext,
   type IdempotencyStore,
