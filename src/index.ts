@@ -6,11 +6,21 @@
  * Stores live in `idem/postgres`; framework adapters in `idem/hono` and `idem/express`; the
  * client in `idem/client` (`idem/client/node` for Node). The building blocks for writing a store
  * or an adapter (key parsing, the claim decision, response capture and replay, problem
- * details, media types) are in `idem/core` and `idem/http`.
+ * details, media types, the validation limits) are in `idem/core` and `idem/http`.
  */
-export * from './core/constants.js';
+export {
+  KeyState,
+  RECOVERY_POINT_START,
+  RECOVERY_POINT_FINISHED,
+  DEFAULT_LEASE_MS,
+  DEFAULT_RETENTION_MS,
+  DEFAULT_METHODS,
+  DEFAULT_HEADER_NAME,
+  REPLAYED_HEADER,
+  DEFAULT_REPLAY_HEADERS,
+} from './core/constants.js';
 export * from './core/errors.js';
-export { fingerprint, sameFingerprint, type FingerprintInput } from './core/fingerprint.js';
+export { fingerprint, type FingerprintInput } from './core/fingerprint.js';
 export { deriveKey } from './core/derived-key.js';
 export type * from './store/types.js';
 export { IdempotencyEngine, type EngineOptions, type BeginInput, type BeginResult } from './engine/engine.js';
