@@ -53,6 +53,19 @@ done
 echo "== the idem executable without the CLI's libraries"
 (cd "$APP" && npx --no-install idem --version && npx --no-install idem --help >/dev/null)
 
+echo "== the client stores without their optional peers: a typed error, not a crash at import"
+(cd "$APP" && node --input-type=module -e '
+  import assert from "node:assert/strict";
+  import { FileIntentStore, IndexedDbIntentStore, MissingDependencyError } from "idem/client/node";
+  const intent = { key: "k", method: "POST", url: "http://local/", headers: [], body: null, createdAt: 0, attempts: 0, state: "pending", updatedAt: 0 };
+  const dir = (await import("node:fs")).mkdtempSync((await import("node:os")).tmpdir() + "/idem-pack-");
+  for (const [store, dependency] of [[new FileIntentStore({ dir }), "write-file-atomic"], [new IndexedDbIntentStore(), "idb-keyval"]]) {
+    await assert.rejects(store.put(intent), (error) =>
+      error instanceof MissingDependencyError && error.code === "IDEM_MISSING_DEPENDENCY" && error.dependency === dependency);
+  }
+  console.log("MissingDependencyError for write-file-atomic and idb-keyval");
+')
+
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
 for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic \
   @types/node @types/pg @types/express @types/write-file-atomic typescript; do
