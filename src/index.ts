@@ -1,15 +1,31 @@
 /**
- * idem: idempotency keys for Node.js. The core (key parsing, fingerprint, decision), the
- * engine (claim, lease, fencing token, atomic phases) and the web-standard HTTP layer.
- * Stores live in `idem/postgres`; framework adapters in `idem/hono` and `idem/express`.
+ * idem: idempotency keys for Node.js. What an application calls: the engine (claim, lease,
+ * fencing token, atomic phases), the web-standard HTTP core and the context a handler gets, the
+ * completer, the request fingerprint, derived keys, the errors, the constants and the types.
+ *
+ * Stores live in `idem/postgres`; framework adapters in `idem/hono` and `idem/express`; the
+ * client in `idem/client` (`idem/client/node` for Node). The building blocks for writing a store
+ * or an adapter (key parsing, the claim decision, response capture and replay, problem
+ * details, media types, the validation limits) are in `idem/core` and `idem/http`.
  */
-export * from './core/constants.js';
+export {
+  KeyState,
+  RECOVERY_POINT_START,
+  RECOVERY_POINT_FINISHED,
+  DEFAULT_LEASE_MS,
+  DEFAULT_RETENTION_MS,
+  DEFAULT_METHODS,
+  DEFAULT_KEY_HEADER,
+  REPLAYED_HEADER,
+  DEFAULT_REPLAY_HEADERS,
+} from './core/constants.js';
 export * from './core/errors.js';
-export { parseIdempotencyKey, validateKey } from './core/key.js';
-export { fingerprint, isJsonMediaType, mediaType, sameFingerprint, type FingerprintInput } from './core/fingerprint.js';
-export { decide, type Decision, type ExistingKey } from './core/decide.js';
+export { fingerprint, type FingerprintInput } from './core/fingerprint.js';
 export { deriveKey } from './core/derived-key.js';
 export type * from './store/types.js';
 export { IdempotencyEngine, type EngineOptions, type BeginInput, type BeginResult } from './engine/engine.js';
-export { Execution, type IdempotencyEvent } from './engine/execution.js';
-export * from './http/index.js';
+export type { Execution, IdempotencyEvent } from './engine/execution.js';
+export { HttpIdempotency, type HttpRequestInput, type IdempotencyOptions, type Prepared } from './http/idempotency.js';
+export type { IdempotencyContext } from './http/context.js';
+export { Completer, type CompleterOptions, type CompleterReport } from './http/completer.js';
+export { problemResponse, ProblemKind, PROBLEM_TYPE_PREFIX, type ProblemDetails, type ProblemFormat, type StripeError } from './http/problem.js';

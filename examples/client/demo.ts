@@ -16,7 +16,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FileIntentStore, IdempotentClient } from '../../src/client/node.js';
+import { FileIntentStore, IdempotentClient } from 'idem/client/node';
 
 const intents = Number(process.env.INTENTS ?? 5);
 const temp = mkdtempSync(join(tmpdir(), 'idem-client-demo-'));

@@ -11,10 +11,16 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import type { IdempotencyEvent } from '../../src/engine/execution.js';
-import { Completer, HttpIdempotency, type IdempotencyContext, type IdempotencyOptions, problemResponse } from '../../src/http/index.js';
-import { idempotency, type IdempotencyVariables } from '../../src/hono/index.js';
-import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
+import {
+  Completer,
+  HttpIdempotency,
+  type IdempotencyEvent,
+  type IdempotencyContext,
+  type IdempotencyOptions,
+  problemResponse,
+} from 'idem';
+import { idempotency, type IdempotencyVariables } from 'idem/hono';
+import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
 import { parseChargeRequest } from './validate.js';

@@ -10,8 +10,8 @@
  * IDEM_RETENTION_MS). Prints the pass's report as JSON.
  */
 import { pathToFileURL } from 'node:url';
-import type { Completer, CompleterReport } from '../../src/http/index.js';
-import type { Queryable, SqlClient } from '../../src/postgres/index.js';
+import type { Completer, CompleterReport } from 'idem';
+import type { Queryable, SqlClient } from 'idem/postgres';
 import { createPaymentsApp, migrate } from './app.js';
 import { openDatabase } from './db.js';
 import { FakePsp } from './psp.js';

@@ -2,8 +2,7 @@
  * Opens the example's database: PostgreSQL when DATABASE_URL is set, otherwise embedded
  * PGlite persisted in IDEM_DATA_DIR (default ./.idem-data), so `npm start` needs no server.
  */
-import { lockDataDir } from '../../src/cli/database.js';
-import type { Queryable, SqlClient } from '../../src/postgres/index.js';
+import { lockDataDir, type Queryable, type SqlClient } from 'idem/postgres';
 
 export interface Database {
   /** The client to hand to PostgresStore (a pg.Pool or a PGlite instance). */

@@ -5,7 +5,7 @@
  * on its own, as a remote system would.
  */
 import { randomUUID } from 'node:crypto';
-import type { Queryable } from '../../src/postgres/index.js';
+import type { Queryable } from 'idem/postgres';
 
 export interface PspCharge {
   id: string;

@@ -1,5 +1,4 @@
-import { toExecutor } from '../../src/postgres/client.js';
-import type { SqlClient } from '../../src/postgres/index.js';
+import { type SqlClient, toExecutor } from 'idem/postgres';
 
 /**
  * The example's own tables. `charges` is the merchant's ledger (written in atomic phases);

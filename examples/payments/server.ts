@@ -14,7 +14,7 @@ import { serve } from '@hono/node-server';
 import { createPaymentsApp, migrate } from './app.js';
 import { type Database, openDatabase } from './db.js';
 import { FakePsp } from './psp.js';
-import type { IdempotencyEvent } from '../../src/engine/execution.js';
+import type { IdempotencyEvent } from 'idem';
 
 const env = process.env;
 const port = Number(env.PORT ?? 3000);

@@ -3,7 +3,7 @@
  * (`amount=1000&currency=usd&customer=cus_1&metadata[order]=42`).
  */
 import qs from 'qs';
-import { isJsonMediaType, mediaType } from '../../src/index.js';
+import { isJsonMediaType, mediaType } from 'idem/core';
 
 export interface ChargeRequest {
   /** Integer minor units (cents), 1 to 99 999 999 (Stripe's limit for most currencies). */

@@ -5,9 +5,9 @@
  * result, never an error: only misuse, a horizon that outlives the server's retention, and
  * giving up with no response at all throw.
  */
-import { ErrorCode, IdempotencyError } from '../core/errors.js';
+import { ErrorCode, IdempotencyError, MissingDependencyError } from '../core/errors.js';
 
-export { ErrorCode, IdempotencyError };
+export { ErrorCode, IdempotencyError, MissingDependencyError };
 
 /** An option is out of range (a negative delay, zero attempts, a non-function hook, ...). */
 export class InvalidClientOptionError extends IdempotencyError {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { mkdir, open, readdir, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import writeFileAtomic from 'write-file-atomic';
+import { MissingDependencyError } from '../core/errors.js';
 import { type IntentRecord, type IntentStore, parseIntentRecord } from './intent.js';
 
 /**
@@ -10,6 +10,9 @@ import { type IntentRecord, type IntentStore, parseIntentRecord } from './intent
  * it over the old one), followed by an fsync of the directory so the rename itself survives a
  * power loss: a reader sees the old record or the new one, never a torn one. A temporary file
  * left by a crash is never read (`list` only reads `*.json`).
+ *
+ * `write-file-atomic` is an optional peer dependency, loaded by the first `put`; without it that
+ * `put` rejects with {@link MissingDependencyError}.
  *
  * One process per directory at a time is the intended use; two processes resuming the same
  * intent are still safe (the server deduplicates by key), they only do the work of one twice.
@@ -25,6 +28,7 @@ export class FileIntentStore implements IntentStore {
 
   async put(intent: IntentRecord): Promise<void> {
     await this.#mkdir();
+    const writeFileAtomic = await loadWriteFileAtomic();
     await writeFileAtomic(this.#file(intent.key), JSON.stringify(intent), { fsync: true });
     await this.#fsyncDir();
   }
@@ -75,4 +79,18 @@ function ifMissing<T>(value: T): (error: NodeJS.ErrnoException) => T {
     if (error.code === 'ENOENT') return value;
     throw error;
   };
+}
+
+let writeFileAtomicModule: Promise<typeof import('write-file-atomic')> | undefined;
+
+/** Loads the optional peer `write-file-atomic` once. @throws {MissingDependencyError} when it is not installed */
+function loadWriteFileAtomic(): Promise<typeof import('write-file-atomic')> {
+  writeFileAtomicModule ??= import('write-file-atomic').then(
+    (module) => module.default,
+    (error: unknown) => {
+      writeFileAtomicModule = undefined;
+      throw new MissingDependencyError('write-file-atomic', 'FileIntentStore', { cause: error });
+    },
+  );
+  return writeFileAtomicModule;
 }

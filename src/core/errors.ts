@@ -16,6 +16,7 @@ export const ErrorCode = {
   ExecutionClosed: 'IDEM_EXECUTION_CLOSED',
   UnknownKeyId: 'IDEM_UNKNOWN_KEY_ID',
   ResponseUnreadable: 'IDEM_RESPONSE_UNREADABLE',
+  MissingDependency: 'IDEM_MISSING_DEPENDENCY',
   // idem/client (src/client/errors.ts)
   ClientInvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
   HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',
@@ -120,5 +121,19 @@ export class UnknownKeyIdError extends IdempotencyError {
 export class ResponseUnreadableError extends IdempotencyError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(ErrorCode.ResponseUnreadable, message, options);
+  }
+}
+
+/**
+ * A feature needs an optional peer dependency that is not installed (`idb-keyval` for
+ * `IndexedDbIntentStore`, `write-file-atomic` for `FileIntentStore`). `dependency` names the
+ * package to install; `cause` is the failed import.
+ */
+export class MissingDependencyError extends IdempotencyError {
+  /** The npm package to install, e.g. `write-file-atomic`. */
+  readonly dependency: string;
+  constructor(dependency: string, feature: string, options?: { cause?: unknown }) {
+    super(ErrorCode.MissingDependency, `${feature} needs the optional peer dependency ${dependency}: npm install ${dependency}`, options);
+    this.dependency = dependency;
   }
 }

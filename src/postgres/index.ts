@@ -5,3 +5,5 @@ export type { KeyInspection, StoreStats } from './inspect.js';
 export { TableBlobStore, type BlobStore, type BlobRef } from './blob-store.js';
 export type { SqlClient, Queryable, PoolLike, PoolClientLike, TransactionalLike, QueryResultLike } from './client.js';
 export { aesGcmCipher, responseAad, type ResponseCipher, type EncryptionOptions } from '../core/cipher.js';
+export { toExecutor, type SqlExecutor } from './client.js';
+export { lockDataDir } from '../cli/database.js';

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The package as users get it: `npm pack`, then publint and are-the-types-wrong on the tarball,
+# then a scratch project in a temporary directory that installs the tarball (offline, from the
+# npm cache) with the optional peers linked from this repository's node_modules, and
+#   - imports every subpath of package.json `exports` at run time and serves one request twice
+#     through idem on PGlite (scripts/pack/smoke.mjs),
+#   - type-checks a file that uses each subpath under strict NodeNext (scripts/pack/usage.ts),
+#   - runs the `idem` executable with none of the CLI's libraries installed.
+# Usage: scripts/check-pack.sh (npm run check:pack). Leaves nothing behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-pack.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+echo "== npm pack"
+npm pack --silent --pack-destination "$WORK" >/dev/null
+TARBALL=$(ls "$WORK"/idem-*.tgz)
+echo "$TARBALL ($(tar tzf "$TARBALL" | wc -l) files)"
+
+echo "== publint"
+npx --no-install publint run --strict "$TARBALL"
+
+echo "== are-the-types-wrong (ESM only: CommonJS and node10 resolution are not supported)"
+npx --no-install attw --profile esm-only --no-emoji --no-color "$TARBALL"
+
+echo "== scratch project"
+APP="$WORK/app"
+mkdir -p "$APP"
+cat >"$APP/package.json" <<'JSON'
+{ "name": "idem-pack-check", "private": true, "type": "module" }
+JSON
+# idem's runtime dependencies, as the tarball declares them. None of the CLI's libraries, no
+# browser-only package, no driver or framework: those are optional peers or bundled.
+DEPS=$(tar xzf "$TARBALL" -O package/package.json | node -e '
+  const pkg = JSON.parse(require("node:fs").readFileSync(0, "utf8"));
+  console.log(Object.keys(pkg.dependencies ?? {}).join(" "));')
+echo "runtime dependencies: $DEPS"
+for dep in $DEPS; do
+  case "$dep" in
+    commander | cli-progress | ms | idb-keyval | write-file-atomic | pg | @electric-sql/pglite | hono | express)
+      echo "check-pack: $dep must not be a runtime dependency" >&2
+      exit 1
+      ;;
+  esac
+done
+# Offline: the tarball, and its dependencies from this repository's node_modules (npm links a
+# directory; --ignore-scripts keeps it from running their build scripts).
+# shellcheck disable=SC2086
+(cd "$APP" && npm install --offline --ignore-scripts --no-audit --no-fund --silent "$TARBALL" \
+  $(for dep in $DEPS; do printf '%s ' "$ROOT/node_modules/$dep"; done))
+
+echo "== the idem executable without the CLI's libraries"
+(cd "$APP" && npx --no-install idem --version && npx --no-install idem --help >/dev/null)
+
+echo "== the client stores without their optional peers: a typed error, not a crash at import"
+(cd "$APP" && node --input-type=module -e '
+  import assert from "node:assert/strict";
+  import { FileIntentStore, IndexedDbIntentStore, MissingDependencyError } from "idem/client/node";
+  const intent = { key: "k", method: "POST", url: "http://local/", headers: [], body: null, createdAt: 0, attempts: 0, state: "pending", updatedAt: 0 };
+  const dir = (await import("node:fs")).mkdtempSync((await import("node:os")).tmpdir() + "/idem-pack-");
+  for (const [store, dependency] of [[new FileIntentStore({ dir }), "write-file-atomic"], [new IndexedDbIntentStore(), "idb-keyval"]]) {
+    await assert.rejects(store.put(intent), (error) =>
+      error instanceof MissingDependencyError && error.code === "IDEM_MISSING_DEPENDENCY" && error.dependency === dependency);
+  }
+  console.log("MissingDependencyError for write-file-atomic and idb-keyval");
+')
+
+# The optional peers a user would install, plus types and the compiler, linked from this repo.
+for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic \
+  @types/node @types/pg @types/express @types/write-file-atomic typescript; do
+  mkdir -p "$(dirname "$APP/node_modules/$peer")"
+  ln -s "$ROOT/node_modules/$peer" "$APP/node_modules/$peer"
+done
+
+cp scripts/pack/smoke.mjs scripts/pack/usage.ts "$APP/"
+cat >"$APP/tsconfig.json" <<'JSON'
+{
+  "compilerOptions": {
+    "target": "ES2022",
+    "module": "NodeNext",
+    "moduleResolution": "NodeNext",
+    "lib": ["ES2022", "DOM"],
+    "types": ["node"],
+    "strict": true,
+    "noEmit": true,
+    "skipLibCheck": false,
+    "verbatimModuleSyntax": true
+  },
+  "files": ["usage.ts"]
+}
+JSON
+
+echo "== import every subpath at run time"
+(cd "$APP" && node smoke.mjs)
+
+echo "== type-check a file that uses every subpath"
+# Every subpath in package.json exports must appear in usage.ts.
+node -e '
+  const exportsMap = require(process.argv[1]).exports;
+  const usage = require("node:fs").readFileSync(process.argv[2], "utf8");
+  const missing = Object.keys(exportsMap).filter((k) => k !== "./package.json")
+    .map((k) => (k === "." ? "idem" : "idem/" + k.slice(2)))
+    .filter((spec) => !usage.includes(`from '"'"'${spec}'"'"'`));
+  if (missing.length) { console.error("check-pack: scripts/pack/usage.ts does not use " + missing.join(", ")); process.exit(1); }
+' "$ROOT/package.json" "$APP/usage.ts"
+(cd "$APP" && node node_modules/typescript/bin/tsc -p tsconfig.json)
+
+echo "check-pack: ok"

@@ -1,0 +1,75 @@
+// Run by scripts/check-pack.sh inside a scratch project that installed the packed tarball:
+// imports every subpath of idem's package.json `exports` as a user would, checks the root
+// entry stays small, and serves one request twice through idem on PGlite (claim, then replay).
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const require = createRequire(import.meta.url);
+const pkg = JSON.parse(readFileSync(require.resolve('idem/package.json'), 'utf8'));
+const modules = {};
+for (const subpath of Object.keys(pkg.exports)) {
+  if (subpath === './package.json') continue;
+  const specifier = subpath === '.' ? 'idem' : `idem/${subpath.slice(2)}`;
+  modules[specifier] = await import(specifier);
+  const names = Object.keys(modules[specifier]);
+  assert.ok(names.length > 0, `${specifier} exports nothing`);
+  console.log(`${specifier}: ${names.length} runtime exports`);
+}
+
+// The root is what applications call; building blocks live in idem/core and idem/http.
+const root = modules.idem;
+for (const name of ['IdempotencyEngine', 'HttpIdempotency', 'Completer', 'fingerprint', 'deriveKey', 'IdempotencyError', 'KeyState', 'problemResponse']) {
+  assert.ok(name in root, `idem exports ${name}`);
+}
+for (const name of ['decide', 'captureResponse', 'replayResponse', 'idemProblem', 'mediaType', 'parseIdempotencyKey', 'sameFingerprint', 'MAX_KEY_LENGTH', 'Execution', 'IdempotencyContext']) {
+  assert.ok(!(name in root), `idem does not export ${name} at run time`);
+}
+assert.ok(Object.keys(root).length <= 32, `the root entry stays small (${Object.keys(root).length} names)`);
+assert.equal(typeof modules['idem/core'].decide, 'function');
+assert.equal(typeof modules['idem/http'].captureResponse, 'function');
+
+// One request twice through the packed library on embedded PostgreSQL.
+const { PGlite } = await import('@electric-sql/pglite');
+const db = await PGlite.create();
+try {
+  const store = new modules['idem/postgres'].PostgresStore({ client: db });
+  await store.migrate();
+  const http = new root.HttpIdempotency({ store });
+  let runs = 0;
+  const send = () =>
+    http.handle(
+      new Request('http://local/v1/charges', {
+        method: 'POST',
+        headers: { 'idempotency-key': 'pack-1', 'content-type': 'application/json' },
+        body: '{"amount":1}',
+      }),
+      async () => {
+        runs++;
+        return Response.json({ id: 'ch_1' }, { status: 201 });
+      },
+    );
+  const first = await send();
+  const second = await send();
+  assert.equal(first.status, 201);
+  assert.equal(second.status, 201);
+  assert.equal(second.headers.get(root.REPLAYED_HEADER), 'true');
+  assert.deepEqual(await second.json(), { id: 'ch_1' });
+  assert.equal(runs, 1, 'the handler ran once');
+} finally {
+  await db.close();
+}
+
+// The Node client's file store loads its optional peer on first use.
+const dir = mkdtempSync(join(tmpdir(), 'idem-pack-intents-'));
+try {
+  const store = new modules['idem/client/node'].FileIntentStore({ dir });
+  const intent = { key: 'k1', method: 'POST', url: 'http://local/', headers: [], body: null, createdAt: 0, attempts: 0, state: 'pending', updatedAt: 0 };
+  await store.put(intent);
+  assert.equal((await store.list()).length, 1);
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
+console.log('smoke: ok');

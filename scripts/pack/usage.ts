@@ -1,0 +1,67 @@
+// Type-checked by scripts/check-pack.sh against the packed tarball's .d.ts files (strict,
+// NodeNext, skipLibCheck off): one use of every subpath in package.json `exports`, and the
+// internals that must stay out of the public types.
+import express from 'express';
+import { Hono } from 'hono';
+import {
+  Completer,
+  type Execution,
+  HttpIdempotency,
+  type IdempotencyError,
+  IdempotencyEngine,
+  type IdempotencyContext,
+  type IdempotencyStore,
+  KeyState,
+  ProblemKind,
+  deriveKey,
+  fingerprint,
+  problemResponse,
+} from 'idem';
+import { IdempotentClient, MemoryIntentStore } from 'idem/client';
+import { FileIntentStore } from 'idem/client/node';
+import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
+import { idempotency as expressIdempotency } from 'idem/express';
+import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
+import { captureResponse, credentialScope, replayResponse } from 'idem/http';
+import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
+
+// A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
+declare const sqlClient: SqlClient;
+
+const store: IdempotencyStore<Queryable> = new PostgresStore({ client: sqlClient });
+const engine = new IdempotencyEngine<Queryable>({ store, leaseMs: 30_000 });
+const begun = await engine.begin({ scope: 'jobs', key: 'job-1', fingerprint: fingerprint({ method: 'JOB', path: 'invoice', body: null }) });
+if (begun.kind === 'execute') {
+  const execution: Execution<Queryable> = begun.execution;
+  const external: string = execution.derivedKey('psp');
+  await execution.phase('created', async (tx) => (await tx.query('SELECT 1')).rows.length);
+  console.log(external);
+}
+const http = new HttpIdempotency<Queryable>({ store, required: true });
+const completer = new Completer<Queryable>({ http, run: () => new Response(null, { status: 204 }) });
+const handled: Response = await http.handle(new Request('http://local/'), async (_req, ctx: IdempotencyContext<Queryable> | undefined) =>
+  problemResponse({ type: 'about:blank', title: ctx?.key ?? 'unprotected', status: 400 }),
+);
+const state: KeyState = KeyState.Done;
+const kind: ProblemKind = ProblemKind.InProgress;
+const error: IdempotencyError | undefined = undefined;
+console.log(deriveKey('s', 'k', 'claim', 'psp'), completer, handled, state, kind, error);
+
+// Building blocks, off the root.
+console.log(decide, mediaType('application/json'), parseIdempotencyKey('"k"'), captureResponse, replayResponse, credentialScope(new Headers()));
+
+// Adapters and client.
+const app = new Hono<{ Variables: IdempotencyVariables<Queryable> }>();
+app.post('/x', honoIdempotency<Queryable>({ store }), (c) => c.json({ key: c.get('idem')?.key }));
+const expressApp = express();
+const idem = expressIdempotency<Queryable>({ store });
+expressApp.post('/x', idem, (_req, res) => res.json({ key: idem.context(res)?.key }));
+const client = new IdempotentClient({ store: new MemoryIntentStore() });
+const fileClient = new IdempotentClient({ store: new FileIntentStore({ dir: '/tmp/idem-intents' }) });
+console.log(client, fileClient);
+
+// Internals stay out of the public types.
+// @ts-expect-error Execution is created by the engine, never by users
+new (await import('idem/core')).Execution();
+// @ts-expect-error decide lives in idem/core, not the root
+import('idem').then((m) => m.decide);
