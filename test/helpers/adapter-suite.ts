@@ -5,27 +5,16 @@
  * ran; every behaviour is checked against the key table as well. What only one framework can
  * show (Hono's HTTPException, Express's raw socket and writeHead) lives in its own test file.
  */
-import { describe, it } from 'node:test';
+import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import type { IdempotencyOptions } from '../../src/http/idempotency.js';
-import type { Queryable, SqlClient } from '../../src/postgres/client.js';
+import type { Queryable } from '../../src/postgres/client.js';
+import type { IdempotencyStore } from '../../src/store/types.js';
 import type { AdapterHarness, Ctx, Reply, Route } from './adapter-harness.js';
-import { freshStore, tableName } from './engines.js';
-import {
-  assertProblem,
-  bytes,
-  countRows,
-  deferred,
-  hex,
-  INVALID_KEYS,
-  keyRows,
-  poll,
-  requestInit,
-  type Send,
-  tableText,
-  unreachableStore,
-} from './http.js';
+import { assertProblem, bytes, deferred, hex, INVALID_KEYS, poll, requestInit, type Send, unreachableStore } from './http.js';
+import type { StoreBackend, StoreHarness } from './stores.js';
+import { eventually, type TestTime } from './wait.js';
 
 /** For tests that hold a route on a gate: a broken adapter fails them instead of hanging the run. */
 const GATED = { timeout: 15_000 };
@@ -47,23 +36,43 @@ const created: Route = async (req) => {
   };
 };
 
+/** What the suite's parts share: the harness, the store backend, cleanups and the clock. */
+export interface SuiteEnv {
+  harness: AdapterHarness;
+  backend(): StoreBackend;
+  cleanup(fn: () => Promise<void>): void;
+  /** Real time on a database; the memory store's clock (mocked `Date`) moves without waiting. */
+  time: TestTime;
+}
+
 /**
- * Registers the contract suite for `harness`. `db()` is the engine's open client (opened in a
- * `before` of the caller); `cleanup` collects what to drop or close after the suite.
+ * Registers the contract suite for `env.harness` on `env.backend()` (connected in a `before` of
+ * the caller); `env.cleanup` collects what to drop or close after the suite.
  */
-export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: () => Promise<void>) => void): void {
-  /** An app on a fresh table, with `counter.H` counting route runs and `errors` what onHandlerError got. */
+export function adapterContract(env: SuiteEnv): void {
+  const { harness, cleanup, time } = env;
+  /** The store of the test running now (tests of a suite run one at a time). */
+  let current: StoreHarness;
+  /** A business effect in the phase's transaction, as a route would write one. */
+  const touch = (tx: unknown) => current.effect('touch')(tx);
+  beforeEach(() => time.start());
+  afterEach(() => time.stop());
+
+  /** An app on a fresh store, with `counter.H` counting route runs and `errors` what onHandlerError got. */
   async function setup(route: Route, options: Partial<IdempotencyOptions<Queryable>> = {}) {
-    const { store, table, drop } = await freshStore(db());
-    cleanup(drop);
+    const h = await env.backend().fresh();
+    cleanup(() => h.drop());
+    current = h;
     const errors: unknown[] = [];
     const counter = { H: 0 };
+    // The route's tx is the store's own; routes here only hand it to the harness's effects.
+    const store = h.store as IdempotencyStore<Queryable>;
     const app = harness.build({ store, onHandlerError: (e) => errors.push(e), ...options }, (req, ctx) => {
       counter.H++;
       return route(req, ctx);
     }, cleanup);
     const send = (path: string, s: Send = {}) => app.send(path, requestInit(s));
-    return { app, table, counter, errors, send, rows: () => keyRows(db(), table), count: () => countRows(db(), table) };
+    return { app, h, counter, errors, send, rows: () => h.rows(), count: () => h.count(), dump: () => h.dump() };
   }
 
   describe('which requests are protected', () => {
@@ -323,7 +332,7 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
       const { app, counter, count } = await setup(async (req, ctx) => {
         const body = await req.json();
         const charge = await ctx!.phase('charge', async (tx) => {
-          await tx.query('SELECT 1');
+          await touch(tx);
           return { id: 'ch_parallel', body };
         });
         await new Promise((r) => setTimeout(r, 150));
@@ -399,13 +408,13 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
     });
 
     it('the raw Authorization value is never stored: the scope column holds its SHA-256', async () => {
-      const { send, rows, table } = await setup(created);
+      const { send, rows, dump } = await setup(created);
       const secret = 'Bearer sk_live_very_secret_value_123';
       await (await send('/v1/charges', { key: 'scoped', json: {}, headers: { authorization: secret } })).arrayBuffer();
       await (await send('/v1/charges', { key: 'scoped', json: {} })).arrayBuffer();
       const hashed = 'auth:' + createHash('sha256').update(secret).digest('base64url');
       assert.deepEqual((await rows()).map((r) => r.scope).sort(), [hashed, 'public'].sort());
-      assert.ok(!(await tableText(db(), table)).includes('sk_live_very_secret_value_123'), 'the credential appears nowhere in the table');
+      assert.ok(!(await dump()).includes('sk_live_very_secret_value_123'), 'the credential appears nowhere in the table');
     });
 
     it('without Authorization, two different Cookie headers with the same key and body each run once (H=2); the same Cookie replays', async () => {
@@ -433,7 +442,7 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
     });
 
     it('the raw Cookie value is never stored; Authorization, when present, decides the scope instead of Cookie', async () => {
-      const { send, counter, rows, table } = await setup(() => jsonReply(201, { ok: true }));
+      const { send, counter, rows, dump } = await setup(() => jsonReply(201, { ok: true }));
       const cookie = 'session=cookie_very_secret_value_456';
       await (await send('/v1/orders', { key: 'c1', json: {}, headers: { cookie } })).arrayBuffer();
       // With Authorization the cookie does not matter: a rotated cookie still replays.
@@ -447,7 +456,7 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
         'auth:' + createHash('sha256').update(authorization).digest('base64url'),
         'cookie:' + createHash('sha256').update(cookie).digest('base64url'),
       ].sort());
-      assert.ok(!(await tableText(db(), table)).includes('cookie_very_secret_value_456'), 'the cookie appears nowhere in the table');
+      assert.ok(!(await dump()).includes('cookie_very_secret_value_456'), 'the cookie appears nowhere in the table');
     });
 
     it('a custom scope resolver decides the scope (Authorization is then ignored)', async () => {
@@ -468,7 +477,7 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
       const body = await req.json<{ amount?: unknown }>();
       if (typeof body.amount !== 'number') return jsonReply(400, { error: 'amount required' });
       const charge = await ctx!.phase('charge', async (tx) => {
-        await tx.query('SELECT 1');
+        await touch(tx);
         return { id: 'ch_ok', amount: body.amount };
       });
       return jsonReply(201, charge);
@@ -553,7 +562,7 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
       const { send, counter, rows, errors } = await setup(async (_req, ctx) => {
         const a = await ctx!.phase('a', async (tx) => {
           runs.a++;
-          await tx.query('SELECT 1');
+          await touch(tx);
           return { n: 1 };
         });
         if (crash) {
@@ -600,21 +609,18 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
   });
 
   describe('ctx.respond', () => {
-    async function effectsTable(): Promise<string> {
-      const name = tableName('idem_effects');
-      await db().query(`CREATE TABLE "${name}" (id serial PRIMARY KEY, note text NOT NULL)`);
-      cleanup(async () => void (await db().query(`DROP TABLE IF EXISTS "${name}"`)));
-      return name;
-    }
+    /** How many business effects took hold. */
+    const effectCount = async () => (await current.effects()).length;
 
     it('commits the effect and the stored response together; the response sent equals the replay byte for byte', async () => {
-      const effects = await effectsTable();
+      let lastId = 0;
       const { send, counter, rows } = await setup(async (_req, ctx) =>
         ctx!.respond(async (tx) => {
-          const { rows: inserted } = await tx.query(`INSERT INTO "${effects}" (note) VALUES ('paid') RETURNING id`);
-          return new Response(JSON.stringify({ id: inserted[0]!.id, at: Math.random() }), {
+          await current.effect('paid')(tx);
+          const id = ++lastId;
+          return new Response(JSON.stringify({ id, at: Math.random() }), {
             status: 201,
-            headers: { 'content-type': 'application/json', location: `/v1/payments/${inserted[0]!.id}` },
+            headers: { 'content-type': 'application/json', location: `/v1/payments/${id}` },
           });
         }),
       );
@@ -624,31 +630,28 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
       const [row] = await rows();
       assert.equal(row!.state, 'done');
       assert.equal(row!.response_body, hex(firstBytes), 'the stored body is what was sent');
-      assert.equal(await countRows(db(), effects), 1);
+      assert.equal(await effectCount(), 1);
       const replay = await send('/v1/payments', { key: 'respond-1', json: { amount: 1 } });
       assert.equal(replay.headers.get('idempotent-replayed'), 'true');
       assert.equal(replay.headers.get('location'), first.headers.get('location'));
       assert.equal(hex(await bytes(replay)), hex(firstBytes));
       assert.equal(counter.H, 1);
-      assert.equal(await countRows(db(), effects), 1);
+      assert.equal(await effectCount(), 1);
     });
 
     it('when the finishing write is fenced (another worker took over), the effect rolls back with it', async () => {
-      const effects = await effectsTable();
       let held: number | undefined;
-      let table = '';
       const app = await setup(async (_req, ctx) =>
         ctx!.respond(async (tx) => {
           held = ctx!.execution.token;
-          await tx.query(`INSERT INTO "${effects}" (note) VALUES ('paid')`);
+          await current.effect('paid')(tx);
           // Simulate a takeover racing this transaction: the token moves on.
-          await tx.query(`UPDATE "${table}" SET lock_version = lock_version + 1`);
+          await current.staleInTx(tx, ctx!.scope, ctx!.key);
           return toJson201();
         }),
       );
-      table = app.table;
       await assertProblem(await app.send('/v1/payments', { key: 'fenced-1', json: {} }), 409, 'idempotency-lease-lost');
-      assert.equal(await countRows(db(), effects), 0, 'the effect was rolled back');
+      assert.equal(await effectCount(), 0, 'the effect was rolled back');
       const [row] = await app.rows();
       assert.equal(row!.state, 'started');
       assert.equal(row!.response_status, null);
@@ -657,11 +660,10 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
     });
 
     it('when the respond callback throws after its effect, neither the effect nor a response is stored; the retry runs', async () => {
-      const effects = await effectsTable();
       let crash = true;
       const { send, counter, rows } = await setup(async (_req, ctx) =>
         ctx!.respond(async (tx) => {
-          await tx.query(`INSERT INTO "${effects}" (note) VALUES ('paid')`);
+          await current.effect('paid')(tx);
           if (crash) {
             crash = false;
             throw new Error('after insert');
@@ -670,13 +672,13 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
         }),
       );
       await assertProblem(await send('/v1/payments', { key: 'throw-1', json: {} }), 500, 'request-failed-retry');
-      assert.equal(await countRows(db(), effects), 0);
+      assert.equal(await effectCount(), 0);
       assert.equal((await rows())[0]!.response_status, null);
       const retry = await send('/v1/payments', { key: 'throw-1', json: {} });
       assert.equal(retry.status, 201);
       await retry.arrayBuffer();
       assert.equal(counter.H, 2);
-      assert.equal(await countRows(db(), effects), 1);
+      assert.equal(await effectCount(), 1);
     });
   });
 
@@ -688,17 +690,16 @@ export function adapterContract(harness: AdapterHarness, db: () => SqlClient, cl
       assert.equal(first.status, 201);
       await first.arrayBuffer();
       let replays = 0;
-      const fresh = await poll(
+      // Every 100 ms on the suite's clock (the memory store's moves without waiting).
+      const fresh = await eventually(
         async () => {
           const res = await send('/v1/charges', { key: 'ret-1', json: {} });
           await res.arrayBuffer();
-          if (res.headers.get('idempotent-replayed') !== 'true') return res;
-          replays++;
-          return undefined;
+          if (res.headers.get('idempotent-replayed') === 'true') replays++;
+          return res;
         },
-        4000,
-        'the key to expire',
-        100,
+        (res) => res.headers.get('idempotent-replayed') !== 'true',
+        { timeoutMs: 4000, everyMs: 100, time },
       );
       const elapsed = Date.now() - started;
       assert.equal(fresh.status, 201);

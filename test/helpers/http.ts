@@ -81,16 +81,7 @@ export function hex(bytes: Uint8Array | ArrayBuffer): string {
   return Buffer.from(bytes instanceof ArrayBuffer ? new Uint8Array(bytes) : bytes).toString('hex');
 }
 
-/** Polls `check` until it returns a value other than `undefined`, or fails after `timeoutMs`. */
-export async function poll<T>(check: () => Promise<T | undefined> | T | undefined, timeoutMs: number, what: string, everyMs = 50): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+export { poll } from './wait.js';
 
 /** A PostgresStore on a pool that can never connect (nothing listens on port 1). */
 export function unreachableStore(): { store: PostgresStore; close(): Promise<void> } {
