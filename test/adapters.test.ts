@@ -1,16 +1,16 @@
 /**
  * The adapter contract suite (test/helpers/adapter-suite.ts) run against every adapter — the
- * web-standard core, Hono and Express — over every store in test/helpers/stores.ts. One store
+ * web-standard core, Hono and Express — over every store of test/helpers/stores.ts `suiteStores`. One store
  * backend is connected per store and shared by the adapters; the memory store runs on a
  * mocked `Date` (its clock), so its retention waits take no time.
  */
 import { after, describe } from 'node:test';
 import { harnesses } from './helpers/adapter-harness.js';
 import { adapterContract, unreachableStoreContract } from './helpers/adapter-suite.js';
-import { storeFactories, useStoreBackend } from './helpers/stores.js';
+import { suiteStores, useStoreBackend } from './helpers/stores.js';
 import { realTime, virtualDate } from './helpers/wait.js';
 
-for (const factory of storeFactories) {
+for (const factory of suiteStores) {
   describe(`HTTP adapters over ${factory.name}`, () => {
     const conn = useStoreBackend(factory);
     const time = factory.capabilities.virtualTime ? virtualDate : realTime;

@@ -1,14 +1,14 @@
 /**
- * The engine and its executions over every store in test/helpers/stores.ts (the memory store
- * on virtual time, PostgresStore on PGlite and, when DATABASE_URL is set, on PostgreSQL; plain
- * and partitioned): claim, decide, take over, atomic phases, calls, heartbeat, release, discard.
+ * The engine and its executions over every store of test/helpers/stores.ts `suiteStores` (the
+ * memory store on virtual time, PostgresStore on PGlite and, when DATABASE_URL is set, on
+ * PostgreSQL, plain and partitioned): claim, decide, take over, atomic phases, calls, heartbeat, release, discard.
  * Tests that wait for a lease to run out wait on the suite's clock: real time on a database,
  * node:test mock timers on the memory store (the fast tier, `npm run test:fast`).
  */
 import { after, afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { storeFactories, useStoreBackend, type StoreHarness } from './helpers/stores.js';
+import { suiteStores, useStoreBackend, type StoreHarness } from './helpers/stores.js';
 import { eventually as eventuallyOn, realTime, virtualTime } from './helpers/wait.js';
 import { IdempotencyEngine, type BeginResult, type EngineOptions } from '../src/engine/engine.js';
 import type { Execution, IdemEvent } from '../src/engine/execution.js';
@@ -44,7 +44,7 @@ function executionOf(result: BeginResult<unknown>): X {
   return (result as Extract<BeginResult<unknown>, { kind: 'execute' }>).execution;
 }
 
-for (const factory of storeFactories) {
+for (const factory of suiteStores) {
   describe(`IdempotencyEngine on ${factory.name}`, () => {
     const conn = useStoreBackend(factory);
     const time = factory.capabilities.virtualTime ? virtualTime : realTime;

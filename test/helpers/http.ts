@@ -6,9 +6,10 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { SqlClient } from '../../src/postgres/client.js';
 import { PostgresStore } from '../../src/postgres/index.js';
+import { checkProblem, PROBLEM, type ProblemBody } from './problem.js';
 
 /** Prefix of every problem type idem emits. */
-export const PROBLEM = 'urn:idem:problem:';
+export { PROBLEM } from './problem.js';
 
 /** A promise resolved from outside, to hold a handler mid-work. */
 export interface Deferred<T = void> {
@@ -61,19 +62,11 @@ export async function tableText(client: SqlClient, table: string): Promise<strin
  * Asserts an idem problem response (conformance 20): `application/problem+json`, valid JSON,
  * `status` equal to the HTTP status, `type` the given kind. Consumes the body.
  */
-export async function assertProblem(
-  response: Response,
-  status: number,
-  kind: string,
-): Promise<Record<string, unknown> & { type: string; status: number; title: string }> {
+export async function assertProblem(response: Response, status: number, kind: string): Promise<ProblemBody> {
   const text = await response.text();
-  assert.equal(response.status, status, `expected ${status} ${kind}, got ${response.status}: ${text}`);
-  assert.equal(response.headers.get('content-type'), 'application/problem+json');
-  const body = JSON.parse(text) as Record<string, unknown> & { type: string; status: number; title: string };
-  assert.equal(body.status, status, 'problem status equals the HTTP status');
-  assert.equal(body.type, PROBLEM + kind);
-  assert.equal(typeof body.title, 'string');
-  assert.ok(body.title.length > 0, 'problem title is not empty');
+  const contentType = response.headers.get('content-type');
+  const body = checkProblem({ status: response.status, contentType, text }, status, PROBLEM + kind);
+  assert.equal(contentType, 'application/problem+json', 'exactly, without parameters');
   return body;
 }
 
