@@ -7,20 +7,17 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { checkProblem, PROBLEM } from '../problem.js';
-import { sleep } from '../wait.js';
+import { eventually, sleep } from '../wait.js';
 import type { Server } from './servers.js';
 
 export const rand = (bytes = 6) => randomBytes(bytes).toString('hex');
 
-/** Polls `fn` until `ok` accepts its value; fails after `timeoutMs` with `what`. */
+/** Polls `fn` until `ok` accepts its value; fails after `timeoutMs` naming `what` and the last value. */
 export async function until<T>(what: string, fn: () => Promise<T>, ok: (value: T) => boolean, timeoutMs = 15_000, intervalMs = 25): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T | undefined;
-  for (;;) {
-    last = await fn();
-    if (ok(last)) return last;
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}; last value: ${JSON.stringify(last)}`);
-    await sleep(intervalMs);
+  try {
+    return await eventually(fn, ok, { timeoutMs, everyMs: intervalMs });
+  } catch (error) {
+    assert.fail(`waiting for ${what}: ${(error as Error).message}`);
   }
 }
 
