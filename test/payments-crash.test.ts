@@ -229,4 +229,4 @@ paymentsSuite('example payments API, end to end: crash', ({ backend, start }) =>
       }
     },
   );
-});
+}, { warmShared: false });

@@ -28,8 +28,13 @@ export interface PaymentsEnv {
   liveRows(customer: string): Promise<Rows | undefined>;
 }
 
-/** Registers `title` with `scenarios` on every backend. */
-export function paymentsSuite(title: string, scenarios: (env: PaymentsEnv) => void): void {
+/**
+ * Registers `title` with `scenarios` on every backend. With `warmShared` (default true) the
+ * shared server starts in `before`, while other servers start; a file that never uses it
+ * passes false.
+ */
+export function paymentsSuite(title: string, scenarios: (env: PaymentsEnv) => void, options: { warmShared?: boolean } = {}): void {
+  const { warmShared = true } = options;
   const backends: Backend[] = [pgliteBackend()];
   if (process.env.DATABASE_URL) backends.push(postgresBackend(process.env.DATABASE_URL));
 
@@ -53,10 +58,12 @@ export function paymentsSuite(title: string, scenarios: (env: PaymentsEnv) => vo
         before(async () => {
           await backend.setup();
           sharedDb = backend.database();
-          void shared().catch(() => undefined); // warm up while other servers start
+          if (warmShared) void shared().catch(() => undefined); // warm up while other servers start
         }, { timeout: 90_000 });
 
         after(async () => {
+          // A shared server still starting joins `servers` once up: wait for it, so it is killed too.
+          await sharedServer?.catch(() => undefined);
           for (const server of servers) {
             server.child.kill('SIGKILL');
             await server.exited;
