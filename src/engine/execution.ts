@@ -252,9 +252,12 @@ export class Execution<Tx = unknown> {
   private startHeartbeat(): void {
     const { heartbeatMs, maxExecutionMs } = this.settings;
     if (!(heartbeatMs > 0)) return;
-    const stopAt = Date.now() + maxExecutionMs;
+    // The budget is an interval this process measures: on the monotonic clock, so a wall-clock
+    // step (NTP, VM resume) neither ends a live lease early nor keeps a hung one alive
+    // (protocol.md K7). Lease expiry itself is database-clock arithmetic, in SQL.
+    const stopAt = performance.now() + maxExecutionMs;
     this.timer = setInterval(() => {
-      if (this.state !== 'open' || Date.now() >= stopAt) {
+      if (this.state !== 'open' || performance.now() >= stopAt) {
         this.stopHeartbeat();
         return;
       }
