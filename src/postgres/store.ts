@@ -34,6 +34,9 @@ const decoder = new TextDecoder();
  */
 export const DEFAULT_INLINE_MAX_BYTES = 64 * 1024;
 
+/** Default deadline of each of idem's statements on a pool, in ms (`storeTimeoutMs`). */
+export const DEFAULT_STORE_TIMEOUT_MS = 5000;
+
 /** Options of {@link PostgresStore}. */
 export interface PostgresStoreOptions {
   /** A `pg.Pool` or a PGlite instance. */
@@ -70,6 +73,23 @@ export interface PostgresStoreOptions {
    * @default false (one plain table)
    */
   partitioned?: boolean | PartitionOptions;
+  /**
+   * Deadline in ms of each statement idem issues on a `pg.Pool` (the wait for a connection
+   * included). Past it the statement fails, its connection is destroyed rather than returned
+   * to the pool, and the request gets `503` with `Retry-After` (protocol.md K7): a database
+   * that accepts connections and never answers costs a request this long, not a hang. Keep it
+   * well under `leaseMs`. A pool without `connectionTimeoutMillis` gets this value as its
+   * connect timeout. `0` turns the deadline off. PGlite runs in process and has none.
+   * @default 5000
+   */
+  storeTimeoutMs?: number;
+  /**
+   * Requests that may wait for a pool connection at once; one more gets `503` at once
+   * instead of queueing without bound (shedding load never runs a request twice: nothing was
+   * claimed).
+   * @default 256
+   */
+  maxPoolWaiting?: number;
 }
 
 /** Options of partitioned mode. */
@@ -221,7 +241,11 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes`, or bad encryption keys
    */
   constructor(options: PostgresStoreOptions) {
-    this.db = toExecutor(options.client);
+    const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    if (!(timeoutMs >= 0)) throw new InvalidOptionError('idem/postgres: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
+    const maxWaiting = options.maxPoolWaiting ?? 256;
+    if (!(maxWaiting >= 0)) throw new InvalidOptionError('idem/postgres: maxPoolWaiting must be a number >= 0');
+    this.db = toExecutor(options.client, { timeoutMs, maxWaiting });
     this.table = options.table ?? 'idempotency_keys';
     try {
       this.sql = statements(this.table);
