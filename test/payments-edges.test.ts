@@ -182,7 +182,11 @@ for (const backend of backends) {
     });
 
     if (backend.name === 'postgres') {
-      it('a database that goes silent: /readyz 503 within the deadline + 1 s while /healthz stays 200; 200 again after, no restart', { timeout: 60_000 }, async () => {
+      it('a database that goes silent: /readyz and a new charge 503 within the deadline + 1 s while /healthz stays 200; 200 and 201 again after, no restart', { timeout: 60_000 }, async () => {
+        const apiKey = `sk_${rand()}`;
+        const warm = await charge(server, `warm-${rand()}`, JSON.stringify({ amount: 100, currency: 'usd', customer: 'cus_1' }), apiKey);
+        assert.equal(warm.status, 201);
+        await warm.arrayBuffer();
         proxy!.mode('silent');
         try {
           const started = performance.now();
@@ -193,6 +197,12 @@ for (const backend of backends) {
           assert.equal(((await ready.json()) as { type: string }).type, 'urn:idem:example:payments:not-ready');
           assert.ok(elapsedMs < 2000 + 1000, `503 within the deadline + 1 s (took ${Math.round(elapsedMs)} ms)`);
           assert.equal((await fetch(server.url + '/healthz')).status, 200, 'the process is alive');
+          const chargeStarted = performance.now();
+          const shed = await charge(server, `silent-${rand()}`, JSON.stringify({ amount: 100, currency: 'usd', customer: 'cus_1' }), apiKey);
+          const chargeMs = performance.now() - chargeStarted;
+          assert.equal(shed.status, 503, await shed.text());
+          assert.equal(shed.headers.get('retry-after'), '1');
+          assert.ok(chargeMs < 2000 + 1000, `a new charge gets 503 within the deadline + 1 s (took ${Math.round(chargeMs)} ms)`);
         } finally {
           proxy!.mode('forward');
         }
@@ -203,6 +213,9 @@ for (const backend of backends) {
           if (res.status === 200) break;
           assert.ok(performance.now() - started < 15_000, 'ready again within 15 s');
         }
+        const after = await charge(server, `after-${rand()}`, JSON.stringify({ amount: 100, currency: 'usd', customer: 'cus_1' }), apiKey);
+        assert.equal(after.status, 201, 'the next charge succeeds with no restart');
+        await after.arrayBuffer();
       });
     }
   });
