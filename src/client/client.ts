@@ -4,117 +4,15 @@
  * restart (seed step 1 and its pitfalls "new key per retry" and "app restart"; conformance 21-22).
  * Browser-safe: no `node:` imports. The Node file store is in `idem/client/node`.
  */
-import { DEFAULT_HEADER_NAME, DEFAULT_METHODS, REPLAYED_HEADER } from '../core/constants.js';
-import {
-  GaveUpError,
-  HorizonExceedsRetentionError,
-  InvalidClientOptionError,
-  UnknownIntentError,
-} from './errors.js';
+import { DEFAULT_METHODS } from '../core/constants.js';
+import { GaveUpError, InvalidClientOptionError, UnknownIntentError } from './errors.js';
 import { base64ToBytes, bytesToBase64, CREDENTIAL_HEADERS, type IntentRecord, type IntentStore } from './intent.js';
 import { MemoryIntentStore } from './memory-store.js';
+import { type IdempotentClientOptions, type IdempotentResponse, type ResolvedOptions, type ResumeResult, resolveOptions } from './options.js';
+import { decorate, isReplay, notify, type Outcome, rebuild, sleep } from './responses.js';
 import { classifyStatus, fullJitterDelayMs, parseRetryAfterMs } from './retry-policy.js';
 
-/** A `fetch` Response plus what the client knows about it. */
-export type IdempotentResponse = Response & {
-  /** True when the server said `Idempotent-Replayed: true`: the stored outcome of an earlier attempt. */
-  readonly replayed: boolean;
-  /** The intent's idempotency key; `null` for a request the client passed through without one. */
-  readonly idempotencyKey: string | null;
-  /** Attempts made for this intent over its whole life (also before a restart). */
-  readonly attempts: number;
-};
-
-/** Passed to `onRetry` before the client waits and sends the intent again. */
-export interface RetryEvent {
-  key: string;
-  /** The attempt that just failed, 1-based, counted over the intent's life. */
-  attempt: number;
-  /** The wait before the next attempt, in ms (full jitter, at least what `Retry-After` asked). */
-  delayMs: number;
-  /** The status of a retryable response (409, 429, 5xx), when there was one. */
-  status?: number;
-  /** The network error or timeout (`TimeoutError` DOMException), when there was no response. */
-  error?: unknown;
-  /** The wait the server's `Retry-After` asked for, in ms, when it sent one. */
-  retryAfterMs?: number;
-}
-
-/** Passed to `onGiveUp` when the horizon ran out before a final response. */
-export interface GiveUpEvent {
-  key: string;
-  attempts: number;
-  reason: 'attempts' | 'elapsed';
-  /** The last retryable status, when the last attempt got a response. */
-  status?: number;
-  /** The last network error or timeout, when it did not. */
-  error?: unknown;
-  /** The intent as it was when the client gave up (its record is then deleted). */
-  intent: IntentRecord;
-}
-
-/** One intent handled by `resumePending()`. */
-export type ResumeResult =
-  | { key: string; ok: true; response: IdempotentResponse }
-  | { key: string; ok: false; error: unknown };
-
-export interface IdempotentClientOptions {
-  /** Where intents are persisted. @default new MemoryIntentStore() (nothing survives a restart) */
-  store?: IntentStore;
-  /** The `fetch` to call. @default globalThis.fetch */
-  fetch?: typeof fetch;
-  /**
-   * The server's declared retention of idempotency keys, in ms (idem's `retentionMs`; Stripe:
-   * 24 h). The constructor throws `HorizonExceedsRetentionError` unless
-   * `maxElapsedMs + attemptTimeoutMs < serverRetentionMs`. @default 86_400_000 (24 h)
-   */
-  serverRetentionMs?: number;
-  /** Attempts per intent over its whole life, also across restarts. @default 10 */
-  maxAttempts?: number;
-  /**
-   * No attempt starts later than this many ms after the intent was created (its key minted),
-   * also across restarts. @default 3_600_000 (1 h)
-   */
-  maxElapsedMs?: number;
-  /** Each attempt is aborted after this many ms (headers and body); a timeout is retried. @default 30_000 */
-  attemptTimeoutMs?: number;
-  /** Backoff base in ms: the n-th retry waits a uniform random time below `min(maxDelayMs, baseDelayMs × 2^(n-1))`. @default 250 */
-  baseDelayMs?: number;
-  /** Backoff cap in ms (a longer `Retry-After` still wins). @default 30_000 */
-  maxDelayMs?: number;
-  /** Methods that get an intent (a key, persistence, retries). Others pass through to `fetch` once. @default ['POST', 'PATCH'] */
-  methods?: string[];
-  /** @default 'Idempotency-Key' (sent as a bare token, as Stripe's SDKs do; idem also accepts it) */
-  keyHeader?: string;
-  /** Mints a key once per intent, never per attempt. @default () => crypto.randomUUID() (UUID v4) */
-  generateKey?: () => string;
-  /**
-   * Headers added to every attempt and never persisted: put credentials here
-   * (`{ authorization: 'Bearer …' }` or a function returning the current ones), so a resumed
-   * intent carries them without writing them to disk. Note that idem's default scope is a hash
-   * of `Authorization`: a resumed intent must send the same credential to get its replay.
-   */
-  headers?: HeadersLike | (() => HeadersLike | Promise<HeadersLike>);
-  /**
-   * Persist `Authorization`, `Cookie` and `Proxy-Authorization` with the intent. Off by default:
-   * intent stores are plain files / browser storage. @default false
-   */
-  persistCredentials?: boolean;
-  /** Called before each wait between two attempts. Errors it throws are ignored. */
-  onRetry?: (event: RetryEvent) => void;
-  /** Called when the horizon runs out before a final response. Errors it throws are ignored. */
-  onGiveUp?: (event: GiveUpEvent) => void;
-  /** Random source in [0, 1) for the jitter. @default Math.random */
-  random?: () => number;
-}
-
-/** What `new Headers(...)` takes: a record, an array of pairs or a `Headers` (the DOM's `HeadersInit`). */
-export type HeadersLike = ConstructorParameters<typeof Headers>[0];
-
-/** Statuses whose Response may not carry a body (Fetch standard, "null body status"). */
-const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
-
-type Outcome = { response: Response } | { error: unknown };
+export type { GiveUpEvent, HeadersLike, IdempotentClientOptions, IdempotentResponse, ResumeResult, RetryEvent } from './options.js';
 
 /**
  * A `fetch`-compatible client that makes POST/PATCH safe to retry.
@@ -143,7 +41,7 @@ type Outcome = { response: Response } | { error: unknown };
 export class IdempotentClient {
   readonly store: IntentStore;
   readonly #fetch: typeof fetch;
-  readonly #o: Required<Pick<IdempotentClientOptions, 'maxAttempts' | 'maxElapsedMs' | 'attemptTimeoutMs' | 'baseDelayMs' | 'maxDelayMs' | 'keyHeader' | 'generateKey' | 'persistCredentials' | 'random'>>;
+  readonly #o: ResolvedOptions;
   readonly #methods: Set<string>;
   readonly #headers: IdempotentClientOptions['headers'];
   readonly #onRetry: IdempotentClientOptions['onRetry'];
@@ -158,28 +56,7 @@ export class IdempotentClient {
    * @throws HorizonExceedsRetentionError when `maxElapsedMs + attemptTimeoutMs >= serverRetentionMs`
    */
   constructor(options: IdempotentClientOptions = {}) {
-    const o = {
-      maxAttempts: options.maxAttempts ?? 10,
-      maxElapsedMs: options.maxElapsedMs ?? 3_600_000,
-      attemptTimeoutMs: options.attemptTimeoutMs ?? 30_000,
-      baseDelayMs: options.baseDelayMs ?? 250,
-      maxDelayMs: options.maxDelayMs ?? 30_000,
-      keyHeader: options.keyHeader ?? DEFAULT_HEADER_NAME,
-      generateKey: options.generateKey ?? (() => crypto.randomUUID()),
-      persistCredentials: options.persistCredentials ?? false,
-      random: options.random ?? Math.random,
-    };
-    const serverRetentionMs = options.serverRetentionMs ?? 86_400_000;
-    if (!Number.isInteger(o.maxAttempts) || o.maxAttempts < 1) throw new InvalidClientOptionError(`maxAttempts must be an integer >= 1, got ${o.maxAttempts}`);
-    for (const name of ['maxElapsedMs', 'attemptTimeoutMs', 'baseDelayMs', 'maxDelayMs'] as const) {
-      if (!Number.isFinite(o[name]) || o[name] < 0) throw new InvalidClientOptionError(`${name} must be a finite number of ms >= 0, got ${o[name]}`);
-    }
-    if (o.attemptTimeoutMs <= 0) throw new InvalidClientOptionError(`attemptTimeoutMs must be > 0, got ${o.attemptTimeoutMs}`);
-    if (!(serverRetentionMs > 0)) throw new InvalidClientOptionError(`serverRetentionMs must be > 0, got ${serverRetentionMs}`);
-    if (o.maxElapsedMs + o.attemptTimeoutMs >= serverRetentionMs) {
-      throw new HorizonExceedsRetentionError(o.maxElapsedMs + o.attemptTimeoutMs, serverRetentionMs);
-    }
-    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(o.keyHeader)) throw new InvalidClientOptionError(`keyHeader is not a header name: ${o.keyHeader}`);
+    const o = resolveOptions(options);
     const fetchImpl = options.fetch ?? globalThis.fetch;
     if (typeof fetchImpl !== 'function') throw new InvalidClientOptionError('no fetch in this runtime: pass options.fetch');
     this.#o = o;
@@ -414,48 +291,4 @@ export class IdempotentClient {
     if (lastResponse) return decorate(lastResponse, intent.key, intent.attempts);
     throw new GaveUpError(intent.key, intent.attempts, reason, last && 'error' in last ? last.error : undefined);
   }
-}
-
-function isReplay(response: Response): boolean {
-  return response.headers.get(REPLAYED_HEADER)?.trim().toLowerCase() === 'true';
-}
-
-function decorate(response: Response, key: string | null, attempts: number): IdempotentResponse {
-  return Object.defineProperties(response, {
-    replayed: { value: isReplay(response), enumerable: true },
-    idempotencyKey: { value: key, enumerable: true },
-    attempts: { value: attempts, enumerable: true },
-  }) as IdempotentResponse;
-}
-
-/** A fresh Response over bytes already read (status, status text and headers kept). */
-function rebuild(response: Response, bytes: Uint8Array): Response {
-  const body = NULL_BODY_STATUSES.has(response.status) ? null : bytes;
-  return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
-}
-
-/** Calls an observer hook; a throwing hook must not break the retry loop. */
-function notify<E>(hook: ((event: E) => void) | undefined, event: E): void {
-  if (!hook) return;
-  try {
-    hook(event);
-  } catch {
-    // Observers only observe.
-  }
-}
-
-/** Waits `ms`, or rejects with the signal's reason as soon as it aborts. */
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }

@@ -199,14 +199,19 @@ export class Execution<Tx = unknown> {
    */
   async finish(response: StoredResponse | ((tx: Tx) => Promise<StoredResponse>)): Promise<StoredResponse> {
     this.ensureOpen();
-    const outcome =
-      typeof response === 'function'
-        ? await this.store.commit<StoredResponse>(this.ref, (r) => ({ kind: 'finish', response: checkResponse(r) }), response)
-        : await this.store.commit<StoredResponse>(this.ref, () => ({ kind: 'finish', response: checkResponse(response) }));
-    if (outcome.outcome === 'fenced') throw this.lost();
+    let stored: StoredResponse;
+    if (typeof response === 'function') {
+      const outcome = await this.store.commit(this.ref, (r: StoredResponse) => ({ kind: 'finish', response: checkResponse(r) }), response);
+      if (outcome.outcome === 'fenced') throw this.lost();
+      stored = outcome.value;
+    } else {
+      const outcome = await this.store.commit(this.ref, () => ({ kind: 'finish', response: checkResponse(response) }));
+      if (outcome.outcome === 'fenced') throw this.lost();
+      stored = response;
+    }
     this.close('finished');
     this.emit('finished');
-    return typeof response === 'function' ? outcome.value : response;
+    return stored;
   }
 
   /**

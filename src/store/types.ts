@@ -132,7 +132,9 @@ export interface IdempotencyStore<Tx = unknown> {
    * (seed steps 4-5). If the token is stale the effects are rolled back and the result is
    * `fenced`. If `effects` throws, everything is rolled back and the error propagates.
    */
-  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
+  /** A commit with no local effects: records `record(undefined)` alone, fenced by `ref.token`. */
+  commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced>;
 
   /** Extends the lease to `now() + leaseMs` (the heartbeat, conformance 16). */
   extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced>;

@@ -1,0 +1,98 @@
+/** The claim (protocol.md K3) and the takeover, on a plain or a partitioned table. */
+import { KeyState } from '../core/constants.js';
+import type { ClaimInput, ClaimResult, KeyRef, PhaseResults, TakeOverResult } from '../store/types.js';
+import type { StoreContext } from './options.js';
+import { readRecord } from './responses.js';
+import { blobRef, type Row } from './rows.js';
+import type { PartitionedStatements } from './sql.js';
+
+/** The claim's result when this worker won: the token and claim id of the row it wrote. */
+function claimed(row: Row): ClaimResult {
+  return { outcome: 'claimed', token: Number(row.lock_version), claimId: String(row.claim_id) };
+}
+
+/** See `IdempotencyStore.claim`. */
+export async function claim(ctx: StoreContext, input: ClaimInput): Promise<ClaimResult> {
+  const { db, sql } = ctx;
+  // Replay fast path: a finished key within retention is answered by one plain read. A
+  // finished row only ever changes by being deleted or replaced past retention, so the
+  // answer cannot be stale in a way that matters; every other case claims below.
+  const finished = (await db.query(sql.readFinished, [input.scope, input.key, input.retentionMs])).rows[0];
+  if (finished && finished.state === KeyState.Done && finished.retention_expired !== true) {
+    return { outcome: 'exists', record: await readRecord(ctx, finished, input.scope, input.key, input.fingerprint) };
+  }
+  if (ctx.psql) return claimPartitioned(ctx, ctx.psql, input);
+  const params = [input.scope, input.key, input.fingerprint, input.leaseMs, input.retentionMs];
+  // Bounded: each turn either claims, finds a live row, or loses a race to a writer that
+  // made progress (a replacement or a deletion), which cannot repeat without bound.
+  for (let attempt = 0; attempt < 5; attempt++) {
+    let row = (await db.query(sql.claim, params)).rows[0];
+    if (row?.outcome === 'claimed') return claimed(row);
+    if (!row) {
+      // Lost the race to a concurrent claim committed after our snapshot: read it fresh.
+      row = (await db.query(sql.readForUpdate, [input.scope, input.key, input.retentionMs])).rows[0];
+      if (!row) continue; // deleted in between (discarded or swept): claim again
+    }
+    // Past retention the row counts as absent, unless its lease is still valid: its worker
+    // is alive, so the row is reported as it is (in progress) instead of being replaced.
+    if (row.retention_expired === true && row.lease_expired === true) {
+      const won = (await db.query(sql.replaceExpired, [...params, row.lock_version])).rows[0];
+      if (won) {
+        // The replaced response's blob is dead: delete it now rather than keep a response
+        // past retention (best effort: a sweep of the row deletes it too).
+        if (row.response_body_ref) await ctx.blobs.delete([blobRef(row, input.scope, input.key)]).catch(() => undefined);
+        return claimed(won);
+      }
+      continue;
+    }
+    return { outcome: 'exists', record: await readRecord(ctx, row, input.scope, input.key, input.fingerprint) };
+  }
+  throw new Error('idem/postgres: claim did not settle after 5 attempts');
+}
+
+/**
+ * The claim in partitioned mode: one transaction holding the key's advisory lock, in which
+ * the lookup across partitions and the insert (or the replacement of a row past retention)
+ * cannot interleave with another claim of the key. See `partitionedStatements` in sql.ts.
+ */
+async function claimPartitioned(ctx: StoreContext, psql: PartitionedStatements, input: ClaimInput): Promise<ClaimResult> {
+  const { db } = ctx;
+  const params = [input.scope, input.key, input.fingerprint, input.leaseMs, input.retentionMs];
+  try {
+    return await db.transaction(async (tx): Promise<ClaimResult> => {
+      await db.queryOn(tx, psql.lockKey, [input.scope, input.key]);
+      const row = (await db.queryOn(tx, psql.claim, params)).rows[0]!;
+      if (row.outcome === 'claimed') return claimed(row);
+      if (row.retention_expired === true && row.lease_expired === true) {
+        const won = (await db.queryOn(tx, psql.replaceExpired, [...params, row.lock_version])).rows[0];
+        if (won) return claimed(won);
+        // A takeover or heartbeat (not a claim: those wait for the lock) changed the row in
+        // between: report it as it is now.
+        const now = (await db.queryOn(tx, ctx.sql.read, [input.scope, input.key, input.retentionMs])).rows[0];
+        if (now) return { outcome: 'exists', record: await readRecord(ctx, now, input.scope, input.key, input.fingerprint) };
+        throw new Error('idem/postgres: a key row vanished during its partitioned claim');
+      }
+      return { outcome: 'exists', record: await readRecord(ctx, row, input.scope, input.key, input.fingerprint) };
+    });
+  } catch (error) {
+    if ((error as { code?: string }).code === '23514') {
+      throw new Error(`idem/postgres: no partition of ${ctx.table} for today (UTC): run store.maintain() or \`idem partitions\` at least daily`, {
+        cause: error,
+      });
+    }
+    throw error;
+  }
+}
+
+/** See `IdempotencyStore.takeOver`. */
+export async function takeOver(ctx: StoreContext, ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
+  const row = (await ctx.db.query(ctx.sql.takeOver, [ref.scope, ref.key, ref.token, leaseMs])).rows[0];
+  if (!row) return { outcome: 'lost' };
+  return {
+    outcome: 'taken',
+    token: Number(row.lock_version),
+    claimId: String(row.claim_id),
+    recoveryPoint: String(row.recovery_point),
+    phaseResults: (row.phase_results ?? {}) as PhaseResults,
+  };
+}

@@ -1,0 +1,40 @@
+/** Creating and upgrading the table, and telling a plain table from a partitioned one. */
+import { InvalidOptionError } from '../core/errors.js';
+import type { StoreContext } from './options.js';
+import { maintain } from './partitions.js';
+
+/** See `PostgresStore.migrate`. */
+export async function migrate(ctx: StoreContext): Promise<{ table: 'created' | 'exists'; partitionsCreated: string[] }> {
+  const { db } = ctx;
+  const [lock, ...ddl] = (ctx.psql ?? ctx.sql).migrate;
+  const table = await db.transaction(async (tx) => {
+    await db.queryOn(tx, lock!, [ctx.table]);
+    const kind = (await db.queryOn(tx, ctx.sql.tableKind, [ctx.table])).rows[0]?.kind;
+    if (kind !== undefined) checkKind(ctx, String(kind));
+    for (const statement of ddl) await db.queryOn(tx, statement);
+    return kind === undefined ? ('created' as const) : ('exists' as const);
+  });
+  const partitionsCreated = ctx.psql ? await maintain(ctx) : [];
+  return { table, partitionsCreated };
+}
+
+/** See `PostgresStore.tableMode`. */
+export async function tableMode(ctx: StoreContext): Promise<'plain' | 'partitioned' | undefined> {
+  const kind = (await ctx.db.query(ctx.sql.tableKind, [ctx.table])).rows[0]?.kind;
+  return kind === undefined ? undefined : kind === 'p' ? 'partitioned' : 'plain';
+}
+
+/**
+ * Refuses a table made in the other mode.
+ * @throws {InvalidOptionError} plain table for a partitioned store, or the reverse
+ */
+function checkKind(ctx: StoreContext, kind: string): void {
+  if (ctx.psql && kind !== 'p') {
+    throw new InvalidOptionError(
+      `Table ${ctx.table} exists and is not partitioned: migrate it first (README, "Partitioned mode"), or drop the partitioned option`,
+    );
+  }
+  if (!ctx.psql && kind === 'p') {
+    throw new InvalidOptionError(`Table ${ctx.table} is partitioned: open the store with { partitioned: true }`);
+  }
+}

@@ -1,0 +1,155 @@
+import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../core/cipher.js';
+import { InvalidOptionError } from '../core/errors.js';
+import { type BlobStore, TableBlobStore } from './blob-store.js';
+import { type SqlClient, type SqlExecutor, toExecutor } from './client.js';
+import { type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
+
+/**
+ * Bodies above 64 KiB go out of line by default. Below it, one statement claims or replays
+ * (the body comes back with the row). Above it, the conflict path (409, 422, the claim's own
+ * read) would otherwise carry the whole body on every retry of a key still in progress or
+ * reused, and the keys table's TOAST would grow with the largest responses; one extra round
+ * trip on replay of a large body costs little next to sending it. Most JSON API responses are
+ * a few KiB, so they stay inline.
+ */
+export const DEFAULT_INLINE_MAX_BYTES = 64 * 1024;
+
+/** Default deadline of each of idem's statements on a pool, in ms (`storeTimeoutMs`). */
+export const DEFAULT_STORE_TIMEOUT_MS = 5000;
+
+/** Options of `PostgresStore`. */
+export interface PostgresStoreOptions {
+  /** A `pg.Pool` or a PGlite instance. */
+  client: SqlClient;
+  /**
+   * Table name, optionally schema-qualified.
+   * @default 'idempotency_keys'
+   */
+  table?: string;
+  /**
+   * Response bodies longer than this many bytes (before encryption) are stored out of line in
+   * `blobStore` and the row keeps a pointer; `Infinity` keeps every body inline.
+   * @default 65_536 (64 KiB, see {@link DEFAULT_INLINE_MAX_BYTES}); in partitioned mode without a
+   * `blobStore`, `Infinity` (a partitioned table cannot be the target of the blob table's foreign key)
+   */
+  inlineMaxBytes?: number;
+  /**
+   * Where out-of-line bodies live.
+   * @default the table `<table>_blobs` in the same database, written in the finish's transaction
+   */
+  blobStore?: BlobStore;
+  /**
+   * Encryption at rest of stored response bodies and headers: AES-256-GCM keys by key id and
+   * the current key id (see `aesGcmCipher`), or any {@link ResponseCipher}. Off by default.
+   * Rows written before it was turned on still replay (plaintext).
+   */
+  encryption?: EncryptionOptions | ResponseCipher;
+  /**
+   * Partitioned mode: the table is range-partitioned by `created_at`, one partition per UTC
+   * day, created ahead by `PostgresStore.maintain`, and `PostgresStore.sweep`
+   * drops whole expired partitions. The claim then serialises on a per-key advisory lock,
+   * since PostgreSQL cannot enforce (scope, key) uniqueness across partitions (see
+   * `partitionedStatements` in sql.ts). `true` uses the defaults.
+   * @default false (one plain table)
+   */
+  partitioned?: boolean | PartitionOptions;
+  /**
+   * Deadline in ms of each statement idem issues on a `pg.Pool` (the wait for a connection
+   * included). Past it the statement fails, its connection is destroyed rather than returned
+   * to the pool, and the request gets `503` with `Retry-After` (protocol.md K7): a database
+   * that accepts connections and never answers costs a request this long, not a hang. Keep it
+   * well under `leaseMs`. A pool without `connectionTimeoutMillis` gets this value as its
+   * connect timeout. `0` turns the deadline off. PGlite runs in process and has none.
+   * @default 5000
+   */
+  storeTimeoutMs?: number;
+  /**
+   * Requests that may wait for a pool connection at once; one more gets `503` at once
+   * instead of queueing without bound (shedding load never runs a request twice: nothing was
+   * claimed).
+   * @default 256
+   */
+  maxPoolWaiting?: number;
+}
+
+/** Options of partitioned mode. */
+export interface PartitionOptions {
+  /**
+   * Daily partitions kept ready ahead of today (UTC), besides today's and yesterday's, by
+   * `migrate()` and `maintain()`. Run `maintain()` (or `idem partitions`) at least daily: a
+   * claim on a day without a partition fails (the HTTP layer answers 503).
+   * @default 7
+   */
+  daysAhead?: number;
+  /**
+   * How long a partition drop may wait for its locks, in ms; claims queue behind a waiting
+   * drop, so keep it short. On timeout the partition is kept for the next sweep.
+   * @default 1000
+   */
+  dropLockTimeoutMs?: number;
+}
+
+/**
+ * The store's options resolved and validated, with the statements for its table: what every
+ * part of the store (claim, commit, sweep, partitions, inspect) works from.
+ */
+export interface StoreContext {
+  readonly table: string;
+  readonly db: SqlExecutor;
+  readonly sql: Statements;
+  /** Partitioned mode's statements, or undefined for a plain table. */
+  readonly psql: PartitionedStatements | undefined;
+  /** Partitioned mode's options, or undefined for a plain table. */
+  readonly partitioning: Required<PartitionOptions> | undefined;
+  /** Bodies longer than this (plaintext bytes) go to `blobs`. */
+  readonly inlineMaxBytes: number;
+  readonly blobs: BlobStore;
+  readonly cipher: ResponseCipher | undefined;
+}
+
+/**
+ * Resolves and checks `options`.
+ * @throws {TypeError} for a client that is neither a pg.Pool nor PGlite
+ * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes`, bad encryption
+ *   keys, bad partition options, or `inlineMaxBytes` in partitioned mode without a `blobStore`
+ */
+export function storeContext(options: PostgresStoreOptions): StoreContext {
+  const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+  if (!(timeoutMs >= 0)) throw new InvalidOptionError('idem/postgres: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
+  const maxWaiting = options.maxPoolWaiting ?? 256;
+  if (!(maxWaiting >= 0)) throw new InvalidOptionError('idem/postgres: maxPoolWaiting must be a number >= 0');
+  const db = toExecutor(options.client, { timeoutMs, maxWaiting });
+  const table = options.table ?? 'idempotency_keys';
+  let sql: Statements;
+  try {
+    sql = statements(table);
+  } catch (error) {
+    throw new InvalidOptionError((error as Error).message);
+  }
+  // Partitioned mode drops whole partitions, and a foreign key cannot reference (scope, key)
+  // on a partitioned table (its unique keys include created_at), so the default table blob
+  // store has nothing to cascade from: bodies stay inline unless an external blob store,
+  // whose own expiry cleans up, is given.
+  if (options.partitioned && options.blobStore === undefined && options.inlineMaxBytes !== undefined && options.inlineMaxBytes !== Infinity) {
+    throw new InvalidOptionError(
+      'idem/postgres: partitioned mode keeps bodies inline unless you pass a blobStore (with an expiry rule of retention + 1 day); drop inlineMaxBytes or add blobStore',
+    );
+  }
+  const inlineMaxBytes = options.inlineMaxBytes ?? (options.partitioned && !options.blobStore ? Infinity : DEFAULT_INLINE_MAX_BYTES);
+  if (!(inlineMaxBytes >= 0)) throw new InvalidOptionError('idem/postgres: inlineMaxBytes must be a number of bytes >= 0');
+  const blobs = options.blobStore ?? new TableBlobStore(db, sql);
+  const enc = options.encryption;
+  const cipher = enc === undefined ? undefined : 'seal' in enc ? enc : aesGcmCipher(enc);
+  let partitioning: Required<PartitionOptions> | undefined;
+  let psql: PartitionedStatements | undefined;
+  if (options.partitioned) {
+    const p = options.partitioned === true ? {} : options.partitioned;
+    partitioning = { daysAhead: p.daysAhead ?? 7, dropLockTimeoutMs: p.dropLockTimeoutMs ?? 1000 };
+    if (!Number.isInteger(partitioning.daysAhead) || partitioning.daysAhead < 1) {
+      throw new InvalidOptionError('partitioned.daysAhead must be an integer >= 1');
+    }
+    if (!(partitioning.dropLockTimeoutMs >= 1)) throw new InvalidOptionError('partitioned.dropLockTimeoutMs must be >= 1');
+    psql = partitionedStatements(table);
+  }
+  return { table, db, sql, psql, partitioning, inlineMaxBytes, blobs, cipher };
+}

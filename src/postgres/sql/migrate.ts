@@ -1,0 +1,92 @@
+import { blobTableStatement } from './blobs.js';
+import { columns, literal, type TableNames } from './table.js';
+
+/**
+ * Migration, run in one transaction under an advisory lock (the first statement, which takes
+ * $1 the table name) so two hosts starting at once do not race on CREATE. Safe to run any
+ * number of times.
+ *
+ * Columns follow the seed, with these choices:
+ * - `scope text` instead of `tenant_id bigint`: tenants are often UUIDs or API credential
+ *   hashes; a scope is whatever the resolver returns (1-255 characters).
+ * - `phase_results jsonb`: the recorded result of each completed atomic phase, so a
+ *   takeover skips completed phases and still has their results.
+ * - `response_headers jsonb`: the allow-listed response headers, as `[[name, value], ...]`.
+ * - `lock_version` draws from a sequence (see `nextToken`), so tokens only ever grow, also
+ *   across a delete and a new claim of the same key.
+ * - `claim_id`: identifies one claim of the key, kept across takeovers, new when the key is
+ *   claimed again after a discard or past retention. Derived keys for downstream calls
+ *   include it, so a key reused after retention never gets the old downstream result.
+ * - `response_body_ref`: set when the body is stored out of line (larger than the store's
+ *   `inlineMaxBytes`); it names the blob and `response_body` is NULL.
+ * - `response_key_id`: set when the response is encrypted at rest: the key id it was sealed
+ *   with (also inside the sealed value). `response_headers` then holds one JSON string, the
+ *   sealed headers in base64. NULL: plaintext.
+ *
+ * `<table>_blobs` holds out-of-line bodies, at most one per row. Its foreign key deletes a
+ * blob together with its row (sweep, discard) with no change to those statements; the
+ * cascade is an index lookup on the blob's primary key per deleted row.
+ *
+ * Partitioned mode: the same steps with the partitioned table in place of the plain one (the
+ * same columns, primary key (scope, key, created_at) as PostgreSQL requires). Partitions are
+ * created by `maintain` (the store does it in `migrate`). No `<table>_blobs`: its foreign key
+ * cannot reference a partitioned table's (scope, key), so partitioned mode keeps bodies
+ * inline or in an external blob store.
+ */
+export function migrateStatements(n: TableNames, mode: 'plain' | 'partitioned'): string[] {
+  const { t, seq, bare, nextToken } = n;
+  const regclass = literal(t);
+  const createTable =
+    mode === 'plain'
+      ? `CREATE TABLE IF NOT EXISTS ${t} (${columns(nextToken)}
+        PRIMARY KEY (scope, key)
+      )`
+      : `CREATE TABLE IF NOT EXISTS ${t} (${columns(nextToken)}
+        PRIMARY KEY (scope, key, created_at)
+      ) PARTITION BY RANGE (created_at)`;
+  return [
+    `SELECT pg_advisory_xact_lock(hashtext('idem:migrate:' || $1::text))`,
+    `CREATE SEQUENCE IF NOT EXISTS ${seq}`,
+    createTable,
+    `CREATE INDEX IF NOT EXISTS "${bare}_created_at_idx" ON ${t} (created_at)`,
+    // Dropping the table drops its token sequence too.
+    `ALTER SEQUENCE ${seq} OWNED BY ${t}.lock_version`,
+    // Upgrade a table created by an earlier version: add claim_id; and where tokens came
+    // from DEFAULT 0, move the sequence above every token in use, then switch the default.
+    // Each step runs only when needed (no lock taken on an up-to-date table).
+    `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
+            AND attname = 'claim_id' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN claim_id uuid NOT NULL DEFAULT gen_random_uuid();
+        END IF;
+        IF (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+            JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+            WHERE d.adrelid = ${regclass}::regclass AND a.attname = 'lock_version') NOT LIKE 'nextval(%' THEN
+          PERFORM setval(${literal(seq)}::regclass, GREATEST((SELECT max(lock_version) FROM ${t}), 0) + 1);
+          ALTER TABLE ${t} ALTER COLUMN lock_version SET DEFAULT ${nextToken};
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
+            AND attname = 'response_body_ref' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN response_body_ref text, ADD COLUMN response_key_id text;
+        END IF;
+      END $$`,
+    ...(mode === 'plain' ? [blobTableStatement(n)] : []),
+    // Completer (issue 4): the request snapshot, NULL unless the app opted in. Added only
+    // when missing, so an up-to-date table takes no lock.
+    `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
+            AND attname = 'request' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN request jsonb;
+        END IF;
+      END $$`,
+    // Completer: finds started keys by lease end without scanning finished rows. Partial,
+    // so it holds only keys in flight (a few per worker), not the retained history.
+    `CREATE INDEX IF NOT EXISTS "${bare}_started_idx" ON ${t} (locked_until) WHERE state = 'started'`,
+  ];
+}
+
+/**
+ * The kind of the table, if it exists: 'r' plain, 'p' partitioned (pg_class.relkind), so a
+ * store in one mode refuses a table made in the other. $1 table name as given.
+ */
+export const tableKind = `SELECT relkind::text AS kind FROM pg_class WHERE oid = to_regclass($1)`;
