@@ -227,6 +227,21 @@ export class Execution<Tx = unknown> {
   }
 
   /**
+   * Counts a failed attempt on this key (fenced; the lease is kept), for `maxAttempts`.
+   *
+   * @returns the attempts failed so far over the key's life, or `undefined` when the store
+   *   does not count (no `countFailure`)
+   * @throws {LeaseLostError} another worker took over
+   */
+  async countFailure(): Promise<number | undefined> {
+    this.ensureOpen();
+    if (typeof this.store.countFailure !== 'function') return undefined;
+    const outcome = await this.store.countFailure(this.ref);
+    if (outcome.outcome === 'fenced') throw this.lost();
+    return outcome.value;
+  }
+
+  /**
    * The request was rejected before work started (validation): deletes the claim so the
    * client can fix the request and retry with the same key (seed, "What gets stored"). A key
    * on which a phase has committed is released instead, never deleted.

@@ -9,6 +9,7 @@ import { IdempotencyContext } from './context.js';
 import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
 import { captureResponse, replayHeaderFilter, replayResponse, type ResponseCapture } from './response.js';
 import { credentialScope } from './scope.js';
+import { isTransientFailure } from './attempts.js';
 import type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
 export type { HttpRequestInput, IdempotencyOptions } from './options.js';
@@ -38,6 +39,7 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly capture: ResponseCapture;
   private readonly discardStatuses: Set<number>;
   private readonly releaseStatuses: Set<number>;
+  private readonly maxAttempts: number;
   private readonly problems: ProblemFormat;
 
   /** @throws {InvalidOptionError} for missing store/engine or bad options (at start-up, never per request). */
@@ -55,6 +57,10 @@ export class HttpIdempotency<Tx = unknown> {
     this.capture = (response) => captureResponse(response, keep, maxResponseBytes, () => this.tooLarge(maxResponseBytes));
     this.discardStatuses = new Set(options.discardStatuses ?? [400, 401, 403, 422, 429]);
     this.releaseStatuses = new Set(options.releaseStatuses ?? [503]);
+    this.maxAttempts = options.maxAttempts ?? 5;
+    if (!(this.maxAttempts === Infinity || (Number.isInteger(this.maxAttempts) && this.maxAttempts >= 1))) {
+      throw new InvalidOptionError('idem: maxAttempts must be a whole number >= 1, or Infinity');
+    }
     this.problems = options.problems ?? {};
     for (const pointer of options.fingerprintIgnore ?? []) {
       try {
@@ -285,6 +291,26 @@ export class HttpIdempotency<Tx = unknown> {
         ? 'The request failed. This outcome is stored for this idempotency key.'
         : 'The request failed before it completed. Retry with the same idempotency key; completed steps are not repeated.',
     ).response;
+    if (this.options.onThrow !== 'store' && execution.status === 'open' && this.maxAttempts !== Infinity && !isTransientFailure(error)) {
+      // Count it; at the last allowed attempt the key is finished for good, so a request that
+      // fails the same way every time stops (protocol.md K5).
+      try {
+        const failed = await execution.countFailure();
+        if (failed !== undefined && failed >= this.maxAttempts) {
+          const final = this.problem(
+            ProblemKind.FailedPermanently,
+            500,
+            `The request failed on ${failed} attempts and will not be tried again with this idempotency key. Fix the request and send it with a new key.`,
+          ).response;
+          const { stored, response } = await this.capture(final);
+          await execution.finish(stored);
+          return response;
+        }
+      } catch (countError) {
+        if (countError instanceof LeaseLostError) return this.leaseLost();
+        // The store failed: release below (the lease runs out if that fails too).
+      }
+    }
     if (this.options.onThrow === 'store' && execution.status === 'open') {
       const { stored, response } = await this.capture(problem);
       try {

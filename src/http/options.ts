@@ -81,6 +81,17 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    */
   onThrow?: 'release' | 'store';
   /**
+   * Failed attempts (the handler threw) a key may have over its life, counted in its row
+   * whether a client retried or a completer ran it. At the last one the key is finished with
+   * a stored 500 problem `urn:idem:problem:request-failed-permanently`, replayed from then on,
+   * and no completer picks it up again. Failures of the infrastructure (store unreachable or
+   * past its deadline, dropped connections, serialization conflicts) and errors with
+   * `transient: true` (mark a downstream outage so) do not count. `Infinity`
+   * turns it off. Needs a store with `countFailure` (the PostgreSQL store has it).
+   * @default 5
+   */
+  maxAttempts?: number;
+  /**
    * Statuses that mean "rejected before work started" when no atomic phase has committed:
    * not stored, claim deleted, the client may retry with the same key (seed, "What gets
    * stored"). After a phase has committed every response is stored (conformance 9).

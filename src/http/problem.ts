@@ -13,6 +13,7 @@ export const ProblemKind = {
   InProgress: 'request-in-progress',
   StoreUnavailable: 'idempotency-store-unavailable',
   ExecutionFailed: 'request-failed-retry',
+  FailedPermanently: 'request-failed-permanently',
   LeaseLost: 'idempotency-lease-lost',
   ResponseTooLarge: 'response-too-large-to-keep',
 } as const;
@@ -54,6 +55,7 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
   'request-in-progress': ['A request with this Idempotency-Key is in progress', 'idempotency_error', 'idempotency_key_in_use'],
   'idempotency-store-unavailable': ['Idempotency store unavailable', 'api_error', 'idempotency_store_unavailable'],
   'request-failed-retry': ['The request failed; retry it with the same Idempotency-Key', 'api_error', 'request_failed_retry'],
+  'request-failed-permanently': ['The request failed on every attempt; it will not be tried again', 'api_error', 'request_failed_permanently'],
   'idempotency-lease-lost': ['Another attempt took over this request', 'idempotency_error', 'idempotency_lease_lost'],
   'response-too-large-to-keep': ['The response was too large to keep for replay', 'api_error', 'response_too_large_to_keep'],
 };

@@ -43,6 +43,7 @@ export interface Statements {
   finish: string;
   extendLease: string;
   release: string;
+  countFailure: string;
   discard: string;
   /** sql/sweep.ts */
   sweepCutoff: string;

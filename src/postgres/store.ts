@@ -106,6 +106,11 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return rows.length > 0 ? { outcome: 'ok', value: undefined } : { outcome: 'fenced' };
   }
 
+  async countFailure(ref: KeyRef): Promise<Fenced<number>> {
+    const { rows } = await this.ctx.db.query(this.ctx.sql.countFailure, [ref.scope, ref.key, ref.token]);
+    return rows.length > 0 ? { outcome: 'ok', value: Number(rows[0]!.failed_attempts) } : { outcome: 'fenced' };
+  }
+
   async release(ref: KeyRef, options?: { discard?: boolean }): Promise<Fenced<'released' | 'deleted'>> {
     const { db, sql } = this.ctx;
     const params = [ref.scope, ref.key, ref.token];
