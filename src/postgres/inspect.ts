@@ -54,7 +54,7 @@ export interface StoreStats {
 
 /** See `PostgresStore.inspect`. */
 export async function inspect(ctx: StoreContext, scope: string, key: string, retentionMs: number): Promise<KeyInspection | undefined> {
-  const row = (await ctx.db.query(ctx.sql.inspect, [scope, key, retentionMs])).rows[0];
+  const row = (await ctx.maintenance.query(ctx.sql.inspect, [scope, key, retentionMs])).rows[0];
   if (!row) return undefined;
   return {
     scope: String(row.scope),
@@ -95,7 +95,7 @@ async function inspectResponse(ctx: StoreContext, row: Row, scope: string, key: 
 
 /** See `PostgresStore.stats`. */
 export async function stats(ctx: StoreContext, retentionMs: number): Promise<StoreStats> {
-  const row = (await ctx.db.query(ctx.sql.stats, [retentionMs])).rows[0]!;
+  const row = (await ctx.maintenance.query(ctx.sql.stats, [retentionMs])).rows[0]!;
   const result: StoreStats = {
     total: Number(row.total),
     started: Number(row.started),

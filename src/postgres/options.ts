@@ -54,8 +54,8 @@ export interface PostgresStoreOptions {
    */
   partitioned?: boolean | PartitionOptions;
   /**
-   * Deadline in ms of each statement idem issues on a `pg.Pool` (the wait for a connection
-   * included). Past it the statement fails, its connection is destroyed rather than returned
+   * Deadline in ms of each statement idem issues on a `pg.Pool` for a request (the wait for a
+   * connection included; migrations, sweeps and operator reads have none). Past it the statement fails, its connection is destroyed rather than returned
    * to the pool, and the request gets `503` with `Retry-After` (protocol.md K7): a database
    * that accepts connections and never answers costs a request this long, not a hang. Keep it
    * well under `leaseMs`. A pool without `connectionTimeoutMillis` gets this value as its
@@ -95,7 +95,13 @@ export interface PartitionOptions {
  */
 export interface StoreContext {
   readonly table: string;
+  /** The request path's executor: every statement under `storeTimeoutMs`. */
   readonly db: SqlExecutor;
+  /**
+   * Migration, partitions, sweeps and operator reads: the same client without the deadline,
+   * since a migration may wait for a lock and a sweep batch or a count may outlast it.
+   */
+  readonly maintenance: SqlExecutor;
   readonly sql: Statements;
   /** Partitioned mode's statements, or undefined for a plain table. */
   readonly psql: PartitionedStatements | undefined;
@@ -151,5 +157,5 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
     if (!(partitioning.dropLockTimeoutMs >= 1)) throw new InvalidOptionError('partitioned.dropLockTimeoutMs must be >= 1');
     psql = partitionedStatements(table);
   }
-  return { table, db, sql, psql, partitioning, inlineMaxBytes, blobs, cipher };
+  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher };
 }
