@@ -56,6 +56,7 @@ export interface Statements {
   /** sql/inspect.ts */
   inspect: string;
   stats: string;
+  replication: string;
   /** sql/completer.ts */
   saveRequest: string;
   listAbandoned: string;
