@@ -87,7 +87,7 @@ const PROBLEM_DOCS = {
 /** Builds the app. Run `migrate` (store + example tables) before serving. */
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
-  // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md K7).
+  // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
   const store = new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 2000 });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {

@@ -56,7 +56,7 @@ export interface PostgresStoreOptions {
   /**
    * Deadline in ms of each statement idem issues on a `pg.Pool` for a request (the wait for a
    * connection included; migrations, sweeps and operator reads have none). Past it the statement fails, its connection is destroyed rather than returned
-   * to the pool, and the request gets `503` with `Retry-After` (protocol.md K7): a database
+   * to the pool, and the request gets `503` with `Retry-After` (protocol.md H17): a database
    * that accepts connections and never answers costs a request this long, not a hang. Keep it
    * well under `leaseMs`. A pool without `connectionTimeoutMillis` gets this value as its
    * connect timeout. `0` turns the deadline off. PGlite runs in process and has none.

@@ -1,6 +1,6 @@
 /**
  * The executor over a node-postgres style pool, with a deadline on every statement idem
- * issues (`storeTimeoutMs`, protocol.md K7): a database that accepts connections and never
+ * issues (`storeTimeoutMs`, protocol.md H17): a database that accepts connections and never
  * answers costs a request at most the deadline, never a pool slot for good.
  */
 import { createHash } from 'node:crypto';

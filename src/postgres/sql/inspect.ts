@@ -34,7 +34,7 @@ export function inspectStatements({ t }: TableNames) {
       FROM ${t}`,
 
     /**
-     * Streaming standbys of this server and how many are synchronous (protocol.md K7: a
+     * Streaming standbys of this server and how many are synchronous (a
      * promoted asynchronous standby may have lost acknowledged keys, and their retries run
      * again). `sync_state` is NULL without pg_read_all_stats: counted as unknown.
      */
