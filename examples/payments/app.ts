@@ -49,7 +49,7 @@ export interface PaymentsAppOptions {
   onEvent?: (event: IdemEvent) => void;
   /**
    * Deadline in ms for the database to answer `/readyz`'s trivial query (and, through the
-   * store, each of idem's statements). @default 2000
+   * store, each of idem's statements). @default 5000
    */
   storeTimeoutMs?: number;
 }
@@ -88,7 +88,7 @@ const PROBLEM_DOCS = {
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
   // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
-  const store = new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 2000 });
+  const store = new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000 });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
@@ -178,7 +178,7 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
   // Liveness: the process answers. Readiness: the database answers a trivial query within
   // the deadline (503 while it is silent or down, 200 again as soon as it answers).
   app.get('/healthz', (c) => c.json({ ok: true }));
-  const readyTimeoutMs = options.storeTimeoutMs ?? 2000;
+  const readyTimeoutMs = options.storeTimeoutMs ?? 5000;
   app.get('/readyz', async (c) => {
     const started = performance.now();
     try {

@@ -21,12 +21,12 @@ export async function openDatabase(env: NodeJS.ProcessEnv = process.env): Promis
     const pool = new pg.Pool({
       connectionString: env.DATABASE_URL,
       max: Number(env.PG_POOL_MAX ?? 20),
-      // A database that accepts connections and never answers must not hang requests: a
-      // connection attempt gives up after 2 s, a query after 5 s (the connection is then
-      // destroyed, not reused), and the server ends a statement after 5 s on its side.
-      connectionTimeoutMillis: Number(env.PG_CONNECT_TIMEOUT_MS ?? 2000),
-      query_timeout: Number(env.PG_QUERY_TIMEOUT_MS ?? 5000),
-      statement_timeout: Number(env.PG_QUERY_TIMEOUT_MS ?? 5000),
+      // A database that accepts connections and never answers must not hang requests: the
+      // wait for a connection gives up after 5 s, a query after 10 s (the connection is then
+      // destroyed, not reused), and the server ends a statement after 10 s on its side.
+      connectionTimeoutMillis: Number(env.PG_CONNECT_TIMEOUT_MS ?? 5000),
+      query_timeout: Number(env.PG_QUERY_TIMEOUT_MS ?? 10_000),
+      statement_timeout: Number(env.PG_QUERY_TIMEOUT_MS ?? 10_000),
     });
     // An idle connection that breaks (server restart, network cut) is dropped from the pool;
     // without a listener node-postgres would crash the process with it.

@@ -7,8 +7,8 @@
  * IDEM_COMPLETER_INTERVAL_MS (10000; 0 turns the background completer off; request snapshots
  * are stored either way, for `idem complete`), IDEM_COMPLETER_GRACE_MS (10000: how long after its lease ended a
  * key counts as abandoned, so a client's own retry usually gets there first), IDEM_EVENT_LOG (1: one `idem-event {json}` line per taken-over /
- * lease-lost / discarded event, for chaos runs), IDEM_STORE_TIMEOUT_MS (2000: the deadline of each
- * database statement and of `/readyz`), PG_CONNECT_TIMEOUT_MS (2000), PG_QUERY_TIMEOUT_MS (5000).
+ * lease-lost / discarded event, for chaos runs), IDEM_STORE_TIMEOUT_MS (5000: the deadline of each
+ * database statement and of `/readyz`), PG_CONNECT_TIMEOUT_MS (5000), PG_QUERY_TIMEOUT_MS (10000).
  * PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
  * are test-only faults (see app.ts).
  */
@@ -44,7 +44,7 @@ try {
     // charge even when the background completer is off.
     completer: true,
     completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
-    storeTimeoutMs: Number(env.IDEM_STORE_TIMEOUT_MS ?? 2000),
+    storeTimeoutMs: Number(env.IDEM_STORE_TIMEOUT_MS ?? 5000),
     ...(env.IDEM_EVENT_LOG === '1' ? { onEvent: logEvent } : {}),
   });
   // Finishes charges whose client never retried (see src/http/completer.ts).
