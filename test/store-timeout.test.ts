@@ -72,7 +72,7 @@ describe('a silent database (storeTimeoutMs)', { skip: process.env.DATABASE_URL 
   const created: Route = () => ({ status: 201, headers: { 'content-type': 'application/json' }, body: '{"ok":true}' });
 
   for (const harness of harnesses) {
-    it(`${harness.name}: 503 + Retry-After within the deadline + 1 s, handler not run; 201 again within 2 s of the database answering, no restart`, SLOW, async () => {
+    it(`${harness.name}: 503 + Retry-After within the deadline + 1 s, handler not run; 201 again within 3 s of the database answering, no restart`, SLOW, async () => {
       const { app, counter, pool } = await setup(harness, created, { max: 3 });
       const send = (key: string) => app.send('/v1/charges', requestInit({ key, json: { a: 1 } }));
       const warm = await within(send('warm'), 10_000, 'warm-up');
@@ -90,7 +90,7 @@ describe('a silent database (storeTimeoutMs)', { skip: process.env.DATABASE_URL 
       } finally {
         proxy.mode('forward');
       }
-      const again = await within(send('after'), 2000, 'the first request after the database answers again');
+      const again = await within(send('after'), 3000, 'the first request after the database answers again');
       assert.equal(again.res.status, 201);
       await again.res.arrayBuffer();
       assert.ok(pool.totalCount <= 3, `no connection leaked (${pool.totalCount} open)`);

@@ -68,8 +68,8 @@ describe('a wall-clock step on the worker', { skip: process.env.DATABASE_URL ? f
   for (const harness of harnesses) {
     it(`${harness.name}: +1 h mid-request keeps the heartbeat going: a retry after 3 leases gets 409, the handler runs once`, SLOW, async (t) => {
       t.after(() => stepWallClock(0));
-      const leaseMs = 1000;
-      const { app, gate, entered, counter } = await setup({ leaseMs, heartbeatMs: 250, maxExecutionMs: 20_000 }, harness);
+      const leaseMs = 2000;
+      const { app, gate, entered, counter } = await setup({ leaseMs, heartbeatMs: 400, maxExecutionMs: 30_000 }, harness);
       const first = app.send('/v1/charges', requestInit({ key: 'jump-forward', json: { amount: 1 } }));
       await entered.promise;
       stepWallClock(3_600_000);
@@ -90,9 +90,9 @@ describe('a wall-clock step on the worker', { skip: process.env.DATABASE_URL ? f
 
     it(`${harness.name}: -1 h mid-request: 409 inside the budget, and the heartbeat still stops at maxExecutionMs`, SLOW, async (t) => {
       t.after(() => stepWallClock(0));
-      const leaseMs = 1000;
-      const maxExecutionMs = 2500;
-      const { app, gate, entered, counter, locked } = await setup({ leaseMs, heartbeatMs: 250, maxExecutionMs }, harness);
+      const leaseMs = 2000;
+      const maxExecutionMs = 7000;
+      const { app, gate, entered, counter, locked } = await setup({ leaseMs, heartbeatMs: 400, maxExecutionMs }, harness);
       const first = app.send('/v1/charges', requestInit({ key: 'jump-back', json: { amount: 1 } }));
       await entered.promise;
       const startedAt = performance.now();
