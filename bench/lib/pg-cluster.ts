@@ -15,6 +15,7 @@ import pg from 'pg';
 import { startSilentProxy, type SilentProxy } from '../../test/helpers/silent-proxy.js';
 
 const run = promisify(execFile);
+/** Where the PostgreSQL server binaries are (PG_BIN). */
 export const PG_BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
 
 /** True when the PostgreSQL server binaries are there. */
@@ -44,6 +45,7 @@ async function pgTool(tool: string, args: string[], user: { uid: number; gid: nu
   return stdout;
 }
 
+/** One running server: its port, data directory and how to stop it. */
 export interface Instance {
   port: number;
   dir: string;
@@ -53,6 +55,7 @@ export interface Instance {
   stop(): Promise<void>;
 }
 
+/** A primary and its streaming standby, linked through a proxy that can go silent. */
 export interface Cluster {
   primary: Instance;
   standby: Instance;
