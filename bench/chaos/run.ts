@@ -14,6 +14,42 @@ import { parseArgs } from 'node:util';
 import { DEFAULTS, runChaos, type ChaosResult } from './harness.js';
 import { figuresTable, settingsLine, violationLines } from './report.js';
 
+const USAGE = `Usage: DATABASE_URL=postgres://… npm run chaos -- [options]
+
+Runs the fault-injection harness against a fresh database on DATABASE_URL (created and dropped):
+idem, then the naive baseline with the same faults; prints the figures and writes them into
+docs/reliability.md. Exit 1 when an idem invariant failed or the naive baseline showed no duplicates.
+
+Options:
+  --intents <n>        payment intents sent to idem (default ${DEFAULTS.intents})
+  --naive-intents <n>  intents sent to the naive baseline (default min(300, intents))
+  --workers <n>        API worker processes (default ${DEFAULTS.workers})
+  --concurrency <n>    client intents in flight (default ${DEFAULTS.concurrency})
+  --no-naive           skip the naive baseline
+  --no-write           do not update docs/reliability.md
+  -h, --help           print this help
+`;
+let values: { intents?: string; 'naive-intents'?: string; workers?: string; concurrency?: string; 'no-naive'?: boolean; 'no-write'?: boolean; help?: boolean };
+try {
+  ({ values } = parseArgs({
+    options: {
+      intents: { type: 'string' },
+      'naive-intents': { type: 'string' },
+      workers: { type: 'string' },
+      concurrency: { type: 'string' },
+      'no-naive': { type: 'boolean' },
+      'no-write': { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  }));
+} catch (error) {
+  console.error(`npm run chaos: ${(error as Error).message}\n\n${USAGE}`);
+  process.exit(2);
+}
+if (values.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
 const databaseUrl = process.env.DATABASE_URL;
 if (!databaseUrl) {
   console.error('npm run chaos: set DATABASE_URL to a PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test); a fresh database is created on it and dropped after.');
@@ -21,16 +57,6 @@ if (!databaseUrl) {
 }
 // Ctrl-C / a timeout: exit through process.exit so the harness kills its workers.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));
-const { values } = parseArgs({
-  options: {
-    intents: { type: 'string' },
-    'naive-intents': { type: 'string' },
-    workers: { type: 'string' },
-    concurrency: { type: 'string' },
-    'no-naive': { type: 'boolean' },
-    'no-write': { type: 'boolean' },
-  },
-});
 const settings = {
   ...DEFAULTS,
   ...(values.intents ? { intents: Number(values.intents) } : {}),

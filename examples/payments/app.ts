@@ -53,6 +53,11 @@ export interface PaymentsAppOptions {
   completerGraceMs?: number;
   /** idem's protocol events (claimed, taken-over, lease-lost, …), for logs and counters. */
   onEvent?: (event: IdempotencyEvent) => void;
+  /**
+   * Deadline in ms for the database to answer `/readyz`'s trivial query (and, through the
+   * store, each of idem's statements). @default 5000
+   */
+  storeTimeoutMs?: number;
 }
 
 type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
@@ -63,13 +68,33 @@ const MAX_BODY_BYTES = 64 * 1024;
 /** `created` as Stripe shows it: whole seconds since the epoch, from the database clock. */
 const CREATED = `floor(extract(epoch FROM created_at))::float8 AS created`;
 
-/** Stripe-compatible error members next to the RFC 9457 fields (stripe-node needs `error`). */
-const FORMAT = { stripe: true } as const;
+/** Where every problem points (`Link: </docs/errors>; rel="describedby"`, draft §2.7): served below. */
+const DOCS_URL = '/docs/errors';
+/** Stripe-compatible error members next to the RFC 9457 fields (stripe-node needs `error`), and the docs link. */
+const FORMAT = { stripe: true, docsUrl: DOCS_URL } as const;
+/** The problem types this API answers with, served at {@link DOCS_URL}. */
+const PROBLEM_DOCS = {
+  'urn:idem:problem:idempotency-key-missing': 'Send an Idempotency-Key header (a UUID per charge) with every POST /v1/charges.',
+  'urn:idem:problem:idempotency-key-invalid': 'The Idempotency-Key must be 1-255 printable ASCII characters, sent once.',
+  'urn:idem:problem:idempotency-key-reused': 'This key was used with a different request: use a new key for a new charge.',
+  'urn:idem:problem:request-in-progress': 'The first request with this key is still running: retry after Retry-After seconds.',
+  'urn:idem:problem:idempotency-store-unavailable': 'The database did not answer in time; nothing ran. Retry with the same key after Retry-After.',
+  'urn:idem:problem:request-failed-retry': 'The charge failed mid-way; retry with the same key and it resumes.',
+  'urn:idem:problem:request-failed-permanently': 'The charge failed on every attempt; it will not be tried again with this key.',
+  'urn:idem:problem:idempotency-lease-lost': 'Another attempt took over; retry with the same key to get the outcome.',
+  'urn:idem:example:payments:invalid-request': 'The charge request is invalid (see param and detail); fix it and reuse the key.',
+  'urn:idem:example:payments:unauthenticated': 'Send your API key as "Authorization: Bearer <key>".',
+  'urn:idem:example:payments:too-large': 'The request body is too large.',
+  'urn:idem:example:payments:not-found': 'No such route or charge.',
+  'urn:idem:example:payments:internal': 'The server failed; retry with the same Idempotency-Key.',
+  'urn:idem:example:payments:not-ready': 'The database did not answer a trivial query within the deadline.',
+};
 
 /** Builds the app. Run `migrate` (store + example tables) before serving. */
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
-  const store = new PostgresStore({ client: db });
+  // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
+  const store = new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000 });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
@@ -156,7 +181,20 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
 
   const app = new Hono<Env>();
 
+  // Liveness: the process answers. Readiness: the database answers a trivial query within
+  // the deadline (503 while it is silent or down, 200 again as soon as it answers).
   app.get('/healthz', (c) => c.json({ ok: true }));
+  const readyTimeoutMs = options.storeTimeoutMs ?? 5000;
+  app.get('/readyz', async (c) => {
+    const started = performance.now();
+    try {
+      await withDeadline(db.query('SELECT 1'), readyTimeoutMs);
+      return c.json({ ok: true, database_ms: Math.round(performance.now() - started) });
+    } catch (error) {
+      return problem(503, 'not-ready', 'Database not ready', `The database did not answer within ${readyTimeoutMs} ms: ${(error as Error)?.message ?? error}`, undefined, { 'retry-after': '1' });
+    }
+  });
+  app.get(DOCS_URL, (c) => c.json({ problems: PROBLEM_DOCS }));
 
   // Tenant = the API key (`Authorization: Bearer <key>`). Only its hash is kept anywhere.
   // Authentication runs before idem, so a 401 leaves no trace (conformance 3).
@@ -220,6 +258,16 @@ function tenantOf(headers: Headers): string | undefined {
   const match = /^Bearer\s+(\S{1,255})\s*$/i.exec(headers.get('authorization') ?? '');
   if (!match) return undefined;
   return 'tenant:' + createHash('sha256').update(match[1]!).digest('base64url');
+}
+
+/** Resolves like `promise`, or rejects once `ms` have passed (the query itself is left to its own timeouts). */
+function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  promise.catch(() => undefined); // a late failure after the deadline is not unhandled
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
 
 /** A JSON response, as `c.json` would make it, for code that also runs outside a route (the completer). */

@@ -17,7 +17,16 @@ export interface Database {
 export async function openDatabase(env: NodeJS.ProcessEnv = process.env): Promise<Database> {
   if (env.DATABASE_URL) {
     const { default: pg } = await import('pg');
-    const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: Number(env.PG_POOL_MAX ?? 20) });
+    const pool = new pg.Pool({
+      connectionString: env.DATABASE_URL,
+      max: Number(env.PG_POOL_MAX ?? 20),
+      // A database that accepts connections and never answers must not hang requests: the
+      // wait for a connection gives up after 5 s, a query after 10 s (the connection is then
+      // destroyed, not reused), and the server ends a statement after 10 s on its side.
+      connectionTimeoutMillis: Number(env.PG_CONNECT_TIMEOUT_MS ?? 5000),
+      query_timeout: Number(env.PG_QUERY_TIMEOUT_MS ?? 10_000),
+      statement_timeout: Number(env.PG_QUERY_TIMEOUT_MS ?? 10_000),
+    });
     // An idle connection that breaks (server restart, network cut) is dropped from the pool;
     // without a listener node-postgres would crash the process with it.
     pool.on('error', (error) => console.error(`payments: idle database connection lost: ${error.message}`));

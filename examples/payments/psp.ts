@@ -30,6 +30,8 @@ export interface PspOptions {
 
 /** Thrown for a simulated provider outage or lost response. */
 export class PspUnavailableError extends Error {
+  /** An outage, not a bad request: idem does not count it toward `maxAttempts`. */
+  readonly transient = true;
   constructor(readonly charged: boolean) {
     super(charged ? 'PSP response lost after charging (simulated)' : 'PSP unavailable (simulated)');
     this.name = 'PspUnavailableError';

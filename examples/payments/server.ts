@@ -7,7 +7,9 @@
  * IDEM_COMPLETER_INTERVAL_MS (10000; 0 turns the background completer off; request snapshots
  * are stored either way, for `idem complete`), IDEM_COMPLETER_GRACE_MS (10000: how long after its lease ended a
  * key counts as abandoned, so a client's own retry usually gets there first), IDEM_EVENT_LOG (1: one `idem-event {json}` line per taken-over /
- * lease-lost / discarded event, for chaos runs). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
+ * lease-lost / discarded event, for chaos runs), IDEM_STORE_TIMEOUT_MS (5000: the deadline of each
+ * database statement and of `/readyz`), PG_CONNECT_TIMEOUT_MS (5000), PG_QUERY_TIMEOUT_MS (10000).
+ * PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
  * are test-only faults (see app.ts).
  */
 import { serve } from '@hono/node-server';
@@ -42,6 +44,7 @@ try {
     // charge even when the background completer is off.
     completer: true,
     completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
+    storeTimeoutMs: Number(env.IDEM_STORE_TIMEOUT_MS ?? 5000),
     ...(env.IDEM_EVENT_LOG === '1' ? { onEvent: logEvent } : {}),
   });
   // Finishes charges whose client never retried (see src/http/completer.ts).
@@ -51,7 +54,8 @@ try {
     const url = `http://${host}:${info.port}`;
     console.log(`idem example payments API listening on ${url} (${opened.kind}: ${opened.location})
 Try:
-  curl -s ${url}/healthz
+  curl -s ${url}/healthz            # the process is alive
+  curl -s ${url}/readyz             # the database answers within the deadline (503 when not)
   curl -si ${url}/v1/charges -H 'Authorization: Bearer sk_test_alice' -H 'Idempotency-Key: order-1001' \\
        -H 'Content-Type: application/json' -d '{"amount": 1999, "currency": "usd", "customer": "cus_alice"}'
   # the same command again replays the first response (Idempotent-Replayed: true)

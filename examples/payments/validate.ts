@@ -22,7 +22,12 @@ const ALLOWED = new Set(['amount', 'currency', 'customer', 'metadata', 'descript
 export function parseChargeRequest(contentType: string | null | undefined, body: Uint8Array): Validation {
   const type = mediaType(contentType);
   let input: unknown;
-  const text = new TextDecoder().decode(body);
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+  } catch {
+    return { ok: false, detail: 'The body is not valid UTF-8.' };
+  }
   if (isJsonMediaType(type)) {
     try {
       input = JSON.parse(text);
@@ -56,6 +61,13 @@ export function parseChargeRequest(contentType: string | null | undefined, body:
   if (typeof o.customer !== 'string' || o.customer.length === 0 || o.customer.length > 255) {
     return { ok: false, param: 'customer', detail: 'customer must be a non-empty string of at most 255 characters.' };
   }
+  // PostgreSQL text cannot hold NUL, and a lone surrogate (`"\ud800"`) is not Unicode: such a
+  // charge would fail the same way on every attempt, so it is a 400 before any work.
+  for (const [param, value] of stringFields(o)) {
+    if (!isStorableText(value)) {
+      return { ok: false, param, detail: `${param} contains a NUL character or invalid Unicode (a lone surrogate); send valid UTF-8 text without NUL.` };
+    }
+  }
   const metadata: Record<string, string> = {};
   if (o.metadata !== undefined && o.metadata !== '') {
     if (typeof o.metadata !== 'object' || o.metadata === null || Array.isArray(o.metadata)) {
@@ -80,4 +92,24 @@ export function parseChargeRequest(contentType: string | null | undefined, body:
   const value: ChargeRequest = { amount, currency: o.currency.toLowerCase(), customer: o.customer, metadata };
   if (typeof o.description === 'string') value.description = o.description;
   return { ok: true, value };
+}
+
+/** Every string the charge keeps (customer, description, metadata keys and values), by parameter name. */
+function stringFields(o: Record<string, unknown>): Array<[string, string]> {
+  const fields: Array<[string, string]> = [];
+  for (const name of ['customer', 'currency', 'description'] as const) if (typeof o[name] === 'string') fields.push([name, o[name]]);
+  if (o.metadata !== null && typeof o.metadata === 'object') {
+    for (const [k, v] of Object.entries(o.metadata)) {
+      fields.push([`metadata[${k}]`, k]);
+      if (typeof v === 'string') fields.push([`metadata[${k}]`, v]);
+    }
+  }
+  return fields;
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** True for text PostgreSQL can store as is: well-formed Unicode without NUL. */
+export function isStorableText(value: string): boolean {
+  return !value.includes('\u0000') && !LONE_SURROGATE.test(value);
 }

@@ -10,6 +10,7 @@ import cliProgress from 'cli-progress';
 import ms from 'ms';
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { PostgresStore, type SweepProgress } from '../postgres/index.js';
+import { replicationAtRisk } from '../postgres/inspect.js';
 import { statements } from '../postgres/sql.js';
 import type { Completer } from '../http/index.js';
 import type { SqlClient } from '../postgres/client.js';
@@ -279,6 +280,17 @@ export function buildProgram(io: CliIo = defaultIo): Command {
         io.out(`  live leases:                ${count(stats.liveLeases)}`);
         if (stats.partitions) {
           io.out(`  partitions:                 ${stats.partitions.map((p) => p.day + (p.expired ? ' (expired)' : '')).join(', ') || '-'}`);
+        }
+        const r = stats.replication;
+        if (r) {
+          io.out(`  streaming standbys:         ${r.standbys} (synchronous ${r.synchronous}${r.unknown ? `, unknown ${r.unknown}` : ''}; synchronous_commit = ${r.synchronousCommit})`);
+        }
+        if (replicationAtRisk(r)) {
+          io.err(
+            'WARNING: this server streams to standbys and none is synchronous (or synchronous_commit does not wait for one). ' +
+              'After a failover to an asynchronous standby, keys the primary acknowledged can be missing, and their retries run again: ' +
+              'a retried payment can charge twice. Use a synchronous standby (synchronous_standby_names) with synchronous_commit = on. See docs/reliability.md.',
+          );
         }
       });
     });

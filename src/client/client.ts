@@ -48,6 +48,8 @@ export class IdempotentClient {
   readonly #onGiveUp: IdempotentClientOptions['onGiveUp'];
   /** Keys this client is sending right now: `resumePending()` leaves them alone. */
   readonly #inFlight = new Set<string>();
+  /** Monotonic birth time (`performance.now()`) of intents created by this client instance. */
+  readonly #bornAt = new Map<string, number>();
 
   /**
    * @throws InvalidClientOptionError for an option out of range
@@ -122,6 +124,7 @@ export class IdempotentClient {
       updatedAt: now,
     };
     await this.store.put(intent);
+    this.#bornAt.set(key, performance.now());
     return intent;
   }
 
@@ -175,15 +178,17 @@ export class IdempotentClient {
   /** Drops a persisted intent without sending it again (the server may have run it already). */
   async discard(key: string): Promise<void> {
     await this.store.delete(key);
+    this.#bornAt.delete(key);
   }
 
   /** The attempt loop. The key is read from the record: nothing in here mints one. */
   async #run(intent: IntentRecord, signal: AbortSignal | undefined): Promise<IdempotentResponse> {
     const body = intent.body === null ? null : base64ToBytes(intent.body);
+    const age = this.#ageClock(intent);
     let last: Outcome | undefined;
     for (;;) {
       signal?.throwIfAborted();
-      const exhausted = this.#exhausted(intent, 0);
+      const exhausted = this.#exhausted(intent, age, 0);
       if (exhausted) return this.#giveUp(intent, exhausted, last);
 
       intent.attempts += 1;
@@ -205,7 +210,7 @@ export class IdempotentClient {
       const backoffMs = fullJitterDelayMs(intent.attempts, this.#o.baseDelayMs, this.#o.maxDelayMs, this.#o.random);
       const delayMs = Math.max(backoffMs, retryAfterMs ?? 0);
       // No point waiting for an attempt the horizon will not allow.
-      const exhaustedAfterWait = this.#exhausted(intent, delayMs);
+      const exhaustedAfterWait = this.#exhausted(intent, age, delayMs);
       if (exhaustedAfterWait) return this.#giveUp(intent, exhaustedAfterWait, last);
 
       notify(this.#onRetry, {
@@ -220,10 +225,24 @@ export class IdempotentClient {
   }
 
   /** Which horizon would stop an attempt started `waitMs` from now, if any. */
-  #exhausted(intent: IntentRecord, waitMs: number): 'attempts' | 'elapsed' | undefined {
+  #exhausted(intent: IntentRecord, age: () => number, waitMs: number): 'attempts' | 'elapsed' | undefined {
     if (intent.attempts >= this.#o.maxAttempts) return 'attempts';
-    if (Date.now() + waitMs - intent.createdAt >= this.#o.maxElapsedMs) return 'elapsed';
+    if (age() + waitMs >= this.#o.maxElapsedMs) return 'elapsed';
     return undefined;
+  }
+
+  /**
+   * The intent's age in ms, measured on the monotonic clock (`performance.now()`), so a
+   * wall-clock step neither ends the horizon early nor stretches it. An intent created by
+   * this client counts from its creation; one read back after a restart counts from its
+   * persisted `createdAt` once (the only wall-clock reading), then monotonically.
+   */
+  #ageClock(intent: IntentRecord): () => number {
+    const born = this.#bornAt.get(intent.key);
+    if (born !== undefined) return () => performance.now() - born;
+    const ageAtStart = Math.max(0, Date.now() - intent.createdAt);
+    const start = performance.now();
+    return () => ageAtStart + (performance.now() - start);
   }
 
   /** One attempt: the same key and bytes, the per-attempt timeout, the whole body read. */
@@ -256,6 +275,7 @@ export class IdempotentClient {
     if (finalStatus !== undefined) intent.finalStatus = finalStatus;
     await this.store.put(intent);
     await this.store.delete(intent.key);
+    this.#bornAt.delete(intent.key);
   }
 
   async #giveUp(intent: IntentRecord, reason: 'attempts' | 'elapsed', last: Outcome | undefined): Promise<IdempotentResponse> {

@@ -18,6 +18,17 @@ export interface FingerprintInput {
    * as `[name, value]`. Volatile headers (User-Agent, tracing, Date) must not be listed.
    */
   headers?: ReadonlyArray<readonly [string, string]>;
+  /**
+   * Projects a JSON body before it is canonicalized: returns the part of the parsed body that
+   * identifies the request (e.g. a JSON-RPC envelope without its per-send `id`). Applied only
+   * to JSON bodies, after `ignore`. Must be pure: the same body always projects the same way.
+   */
+  project?: (body: unknown) => unknown;
+  /**
+   * RFC 6901 JSON pointers removed from a JSON body before it is canonicalized, e.g.
+   * `['/id']` for a JSON-RPC envelope. A pointer that matches nothing is ignored.
+   */
+  ignore?: readonly string[];
 }
 
 /** Body forms, tagged in the hash so `{"a":1}` as JSON never equals the same bytes as text. */
@@ -55,7 +66,7 @@ export function fingerprint(input: FingerprintInput): Uint8Array {
   field(canonicalPairs([...query]));
   const headers = (input.headers ?? []).map(([n, v]) => [n.toLowerCase(), v.trim()] as [string, string]);
   field(canonicalPairs(headers));
-  const [form, bytes] = canonicalBody(input.contentType ?? null, input.body ?? null);
+  const [form, bytes] = canonicalBody(input.contentType ?? null, input.body ?? null, projection(input));
   field(form);
   field(bytes);
   return new Uint8Array(hash.digest());
@@ -80,17 +91,26 @@ export function isJsonMediaType(contentType: string | null | undefined): boolean
   return type === 'application/json' || type.endsWith('+json');
 }
 
-function canonicalBody(contentType: string | null, body: Uint8Array | null): [BodyForm, Uint8Array | string] {
+function canonicalBody(contentType: string | null, body: Uint8Array | null, project?: (body: unknown) => unknown): [BodyForm, Uint8Array | string] {
   if (!body || body.length === 0) return ['empty', ''];
   const type = mediaType(contentType);
   if (isJsonMediaType(type)) {
+    let parsed: unknown;
     try {
       const text = new TextDecoder('utf-8', { fatal: true }).decode(body);
-      const canonical = canonicalize(JSON.parse(text));
+      parsed = JSON.parse(text);
+    } catch {
+      // Not JSON after all: hashed as raw bytes. The handler will reject it; the key is
+      // then freed, so the fingerprint of an invalid body is never compared again.
+      return ['raw', body];
+    }
+    // A projection that throws is a bug in the app: surfaced, never silently hashed raw.
+    const value = project ? project(parsed) : parsed;
+    try {
+      const canonical = canonicalize(value);
       if (typeof canonical === 'string') return ['json', canonical];
     } catch {
-      // Not JSON after all: fall through to raw bytes. The handler will reject it; the key
-      // is then freed, so the fingerprint of an invalid body is never compared again.
+      // A projection that returned something canonicalize refuses: raw bytes.
     }
   } else if (type === 'application/x-www-form-urlencoded') {
     try {
@@ -101,6 +121,44 @@ function canonicalBody(contentType: string | null, body: Uint8Array | null): [Bo
     }
   }
   return ['raw', body];
+}
+
+function projection(input: FingerprintInput): ((body: unknown) => unknown) | undefined {
+  const { ignore, project } = input;
+  if (!ignore?.length) return project;
+  const paths = ignore.map(parsePointer);
+  return (body) => {
+    for (const path of paths) removeAt(body, path);
+    return project ? project(body) : body;
+  };
+}
+
+/**
+ * The reference tokens of an RFC 6901 JSON pointer (`/a/b~1c/0` → `['a', 'b/c', '0']`).
+ * @throws {TypeError} for a pointer that is not empty and does not start with `/`
+ */
+export function parsePointer(pointer: string): string[] {
+  if (typeof pointer !== 'string' || (pointer !== '' && !pointer.startsWith('/'))) {
+    throw new TypeError(`Not a JSON pointer (RFC 6901): ${JSON.stringify(pointer)}`);
+  }
+  if (pointer === '') return [];
+  return pointer.slice(1).split('/').map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
+}
+
+/** Removes the member or element at `path` from a parsed JSON value, in place, if it is there. */
+function removeAt(root: unknown, path: string[]): void {
+  if (path.length === 0) return;
+  let node: unknown = root;
+  for (const token of path.slice(0, -1)) {
+    if (node === null || typeof node !== 'object') return;
+    node = (node as Record<string, unknown>)[token];
+  }
+  const last = path[path.length - 1]!;
+  if (Array.isArray(node)) {
+    if (/^(0|[1-9][0-9]*)$/.test(last) && Number(last) < node.length) node.splice(Number(last), 1);
+  } else if (node !== null && typeof node === 'object' && Object.prototype.hasOwnProperty.call(node, last)) {
+    delete (node as Record<string, unknown>)[last];
+  }
 }
 
 /** Constant-time equality of two fingerprints. */

@@ -227,6 +227,21 @@ export class Execution<Tx = unknown> {
   }
 
   /**
+   * Counts a failed attempt on this key (fenced; the lease is kept), for `maxAttempts`.
+   *
+   * @returns the attempts failed so far over the key's life, or `undefined` when the store
+   *   does not count (no `countFailure`)
+   * @throws {LeaseLostError} another worker took over
+   */
+  async countFailure(): Promise<number | undefined> {
+    this.ensureOpen();
+    if (typeof this.store.countFailure !== 'function') return undefined;
+    const outcome = await this.store.countFailure(this.ref);
+    if (outcome.kind === 'fenced') throw this.lost();
+    return outcome.value;
+  }
+
+  /**
    * The request was rejected before work started (validation): deletes the claim so the
    * client can fix the request and retry with the same key (seed, "What gets stored"). A key
    * on which a phase has committed is released instead, never deleted.
@@ -257,9 +272,12 @@ export class Execution<Tx = unknown> {
   private startHeartbeat(): void {
     const { heartbeatMs, maxExecutionMs } = this.settings;
     if (!(heartbeatMs > 0)) return;
-    const stopAt = Date.now() + maxExecutionMs;
+    // The budget is an interval this process measures: on the monotonic clock, so a wall-clock
+    // step (NTP, VM resume) neither ends a live lease early nor keeps a hung one alive
+    // (protocol.md K7). Lease expiry itself is database-clock arithmetic, in SQL.
+    const stopAt = performance.now() + maxExecutionMs;
     this.timer = setInterval(() => {
-      if (this.state !== 'open' || Date.now() >= stopAt) {
+      if (this.state !== 'open' || performance.now() >= stopAt) {
         this.stopHeartbeat();
         return;
       }

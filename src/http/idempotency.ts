@@ -1,106 +1,18 @@
 import { DEFAULT_KEY_HEADER, DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
 import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
-import { fingerprint } from '../core/fingerprint.js';
+import { fingerprint, parsePointer } from '../core/fingerprint.js';
 import { parseIdempotencyKey, validateKey } from '../core/key.js';
-import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import { IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
+import type { StoredResponse } from '../store/types.js';
 import { IdempotencyContext } from './context.js';
-import { idemProblem, ProblemKind, type ProblemFormat } from './problem.js';
+import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
 import { captureResponse, replayHeaderFilter, replayResponse, type ResponseCapture } from './response.js';
 import { credentialScope } from './scope.js';
+import { isTransientFailure } from './attempts.js';
+import type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
-/** A request as the HTTP core sees it, whatever the framework. */
-export interface HttpRequestInput {
-  /** HTTP method, any case. */
-  method: string;
-  /** Absolute URL, or path with query (`/v1/charges?expand=x`). */
-  url: string;
-  headers: Headers;
-  /** Raw body bytes, read once; `null` for none. */
-  body: Uint8Array | null;
-  /**
-   * The key header's lines as sent, when the runtime keeps repeated lines apart (Node's
-   * `req.headersDistinct`); lets two `Idempotency-Key` lines be rejected (conformance 5).
-   */
-  keyHeaderLines?: string[] | undefined;
-}
-
-/** Options of the HTTP layer (all adapters take these). Durations are in ms. */
-export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>, 'store'> {
-  /** Where keys live, e.g. `new PostgresStore({ client })`. Give either `store` or `engine`. */
-  store?: EngineOptions<Tx>['store'];
-  /** A shared engine (then lease/retention options come from it). */
-  engine?: IdempotencyEngine<Tx>;
-  /**
-   * Methods protected; a key on any other method is ignored (conformance 1).
-   * @default ['POST', 'PATCH']
-   */
-  methods?: string[];
-  /**
-   * Require a key: a protected request without one gets 400, and the handler does not run
-   * (conformance 2). Without it, such a request passes through unprotected.
-   * @default false
-   */
-  required?: boolean;
-  /**
-   * Request header carrying the key, e.g. `PayPal-Request-Id` (conformance 4).
-   * @default 'Idempotency-Key'
-   */
-  keyHeader?: string;
-  /** @deprecated renamed {@link keyHeader} (the client's option has the same name); used when `keyHeader` is not set. */
-  headerName?: string;
-  /**
-   * Takes the key from somewhere else, e.g. a body field (EC2 `ClientToken` style). Return
-   * `undefined` for none. Replaces the header.
-   */
-  getKey?: (request: HttpRequestInput) => string | undefined;
-  /**
-   * Resolves the scope (tenant / API credential) of a request (conformance 6). The default
-   * hashes the `Authorization` header, safe without configuration.
-   */
-  scope?: (request: HttpRequestInput) => string | Promise<string>;
-  /** Request headers that are part of the fingerprint, e.g. `['Stripe-Version']` (conformance 7). @default [] */
-  fingerprintHeaders?: string[];
-  /** Response headers stored and replayed; Set-Cookie, Authorization and the like are never stored. */
-  replayHeaders?: string[];
-  /**
-   * Status for a key reused with a different request: 422 (draft), 400 (Stripe) or 409
-   * (Brandur Leach).
-   * @default 422
-   */
-  mismatchStatus?: 400 | 409 | 422;
-  /**
-   * A handler that throws: `release` ends the lease and keeps the recovery point, the client
-   * gets a 500 problem and its retry resumes (conformance 10); `store` stores that 500 and
-   * replays it (Stripe).
-   * @default 'release'
-   */
-  onThrow?: 'release' | 'store';
-  /**
-   * Statuses that mean "rejected before work started" when no atomic phase has committed:
-   * not stored, claim deleted, the client may retry with the same key (seed, "What gets
-   * stored"). After a phase has committed every response is stored (conformance 9).
-   * @default [400, 401, 403, 422, 429]
-   */
-  discardStatuses?: number[];
-  /**
-   * `Retry-After` of a 409 "in progress", in seconds, clamped to the lease left (conformance 13).
-   * @default 1
-   */
-  retryAfterS?: number;
-  /** Format of idem's own error bodies (Stripe `error` member, docs link). */
-  problems?: ProblemFormat;
-  /**
-   * Store a snapshot of each protected request (method, path with query, content type, body
-   * bytes; never `Authorization` or `Cookie`) with its key, before the handler runs, so a
-   * {@link Completer} can finish work whose client never retried. Costs one fenced write per
-   * execution. Needs a store with `saveRequest` (the PostgreSQL store has it).
-   * @default false
-   */
-  storeRequests?: boolean;
-  /** Called with every error a handler throws (after the client's response is decided). @default console.error */
-  onHandlerError?: (error: unknown, context: IdempotencyContext<Tx>) => void;
-}
+export type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
 /** Outcome of {@link HttpIdempotency.prepare}. */
 export type Prepared<Tx = unknown> =
@@ -126,6 +38,8 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly keyHeader: string;
   private readonly capture: ResponseCapture;
   private readonly discardStatuses: Set<number>;
+  private readonly releaseStatuses: Set<number>;
+  private readonly maxAttempts: number;
   private readonly problems: ProblemFormat;
 
   /** @throws {InvalidOptionError} for missing store/engine or bad options (at start-up, never per request). */
@@ -136,9 +50,31 @@ export class HttpIdempotency<Tx = unknown> {
     this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
     this.keyHeader = options.keyHeader ?? options.headerName ?? DEFAULT_KEY_HEADER;
     const keep = replayHeaderFilter(options.replayHeaders ?? DEFAULT_REPLAY_HEADERS);
-    this.capture = (response) => captureResponse(response, keep);
+    const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    if (!(Number.isInteger(maxResponseBytes) && maxResponseBytes >= 0)) {
+      throw new InvalidOptionError('idem: maxResponseBytes must be a whole number of bytes >= 0');
+    }
+    this.capture = (response) => captureResponse(response, keep, maxResponseBytes, () => this.tooLarge(maxResponseBytes));
     this.discardStatuses = new Set(options.discardStatuses ?? [400, 401, 403, 422, 429]);
+    this.releaseStatuses = new Set(options.releaseStatuses ?? [503]);
+    this.maxAttempts = options.maxAttempts ?? 5;
+    if (!(this.maxAttempts === Infinity || (Number.isInteger(this.maxAttempts) && this.maxAttempts >= 1))) {
+      throw new InvalidOptionError('idem: maxAttempts must be a whole number >= 1, or Infinity');
+    }
     this.problems = options.problems ?? {};
+    for (const pointer of options.fingerprintIgnore ?? []) {
+      try {
+        parsePointer(pointer);
+      } catch (error) {
+        throw new InvalidOptionError(`idem: fingerprintIgnore: ${(error as Error).message}`);
+      }
+    }
+    if (options.fingerprintProjection !== undefined && typeof options.fingerprintProjection !== 'function') {
+      throw new InvalidOptionError('idem: fingerprintProjection must be a function');
+    }
+    if (options.getKey !== undefined && typeof options.getKey !== 'function') {
+      throw new InvalidOptionError('idem: getKey must be a function');
+    }
     if (options.retryAfterS !== undefined && !(Number.isInteger(options.retryAfterS) && options.retryAfterS >= 1)) {
       throw new InvalidOptionError('idem: retryAfterS must be a whole number of seconds >= 1');
     }
@@ -167,9 +103,22 @@ export class HttpIdempotency<Tx = unknown> {
     if (!this.protects(request.method)) return { kind: 'pass' };
     let key: string | undefined;
     try {
-      key = this.options.getKey
-        ? optionalKey(this.options.getKey(request))
-        : parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.keyHeader));
+      const fromHeader = () => parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.keyHeader));
+      if (this.options.getKey) {
+        key = optionalKey(this.options.getKey(request));
+        // A key header next to the key getKey found must name the same key: two different
+        // keys for one request are ambiguous, never silently ignored (protocol.md H5).
+        const header = request.headers.get(this.keyHeader) !== null ? fromHeader() : undefined;
+        if (header !== undefined && header !== key) {
+          return this.problem(
+            ProblemKind.InvalidKey,
+            400,
+            `This request carries an ${this.keyHeader} header that differs from the idempotency key in its body (or wherever this API takes it from). Send one key.`,
+          );
+        }
+      } else {
+        key = fromHeader();
+      }
     } catch (error) {
       if (!(error instanceof InvalidKeyError)) throw error;
       return this.problem(ProblemKind.InvalidKey, 400, `${error.message}.`);
@@ -189,6 +138,8 @@ export class HttpIdempotency<Tx = unknown> {
         contentType: request.headers.get('content-type'),
         body: request.body,
         headers: (this.options.fingerprintHeaders ?? []).map((h) => [h, request.headers.get(h) ?? ''] as const),
+        ...(this.options.fingerprintIgnore ? { ignore: this.options.fingerprintIgnore } : {}),
+        ...(this.options.fingerprintProjection ? { project: this.options.fingerprintProjection } : {}),
       });
       begun = await this.engine.begin({ scope, key, fingerprint: fp });
     } catch (error) {
@@ -304,11 +255,21 @@ export class HttpIdempotency<Tx = unknown> {
     if (execution.status === 'done') return response; // the handler stored it via respond()
     if (execution.status === 'lost') return this.leaseLost();
     if (execution.status === 'released') return response;
-    if (!execution.workStarted && (context.rejected || this.discardStatuses.has(response.status))) {
+    if (!execution.workStarted && (context.rejected || this.discardStatuses.has(response.status) || this.releaseStatuses.has(response.status))) {
+      // A rejection, or "try again later" (503): nothing happened, so nothing is kept; the
+      // handler's Retry-After passes through (protocol.md H9).
       await execution.discard().catch(() => undefined); // if the store is down the lease just runs out
       return response;
     }
-    const { stored, response: sent } = await this.capture(response);
+    let captured;
+    try {
+      captured = await this.capture(response);
+    } catch (error) {
+      // The handler's body stream failed mid-way: as if the handler threw (lease released,
+      // recovery point kept, idem's 500), never a framework's 500 over a key left in progress.
+      return this.fail(context, error);
+    }
+    const { stored, response: sent } = captured;
     try {
       await execution.finish(stored);
       return sent;
@@ -330,6 +291,26 @@ export class HttpIdempotency<Tx = unknown> {
         ? 'The request failed. This outcome is stored for this idempotency key.'
         : 'The request failed before it completed. Retry with the same idempotency key; completed steps are not repeated.',
     ).response;
+    if (this.options.onThrow !== 'store' && execution.status === 'open' && this.maxAttempts !== Infinity && !isTransientFailure(error)) {
+      // Count it; at the last allowed attempt the key is finished for good, so a request that
+      // fails the same way every time stops (protocol.md K5).
+      try {
+        const failed = await execution.countFailure();
+        if (failed !== undefined && failed >= this.maxAttempts) {
+          const final = this.problem(
+            ProblemKind.FailedPermanently,
+            500,
+            `The request failed on ${failed} attempts and will not be tried again with this idempotency key. Fix the request and send it with a new key.`,
+          ).response;
+          const { stored, response } = await this.capture(final);
+          await execution.finish(stored);
+          return response;
+        }
+      } catch (countError) {
+        if (countError instanceof LeaseLostError) return this.leaseLost();
+        // The store failed: release below (the lease runs out if that fails too).
+      }
+    }
     if (this.options.onThrow === 'store' && execution.status === 'open') {
       const { stored, response } = await this.capture(problem);
       try {
@@ -341,6 +322,20 @@ export class HttpIdempotency<Tx = unknown> {
     }
     await execution.release().catch(() => undefined);
     return problem;
+  }
+
+  /** The stored form of a response past `maxResponseBytes`: a 500 problem saying so. */
+  private tooLarge(maxResponseBytes: number): StoredResponse {
+    const problem = idemProblemParts(
+      ProblemKind.ResponseTooLarge,
+      500,
+      `The request was executed, but its response was larger than ${maxResponseBytes} bytes and was not kept, so it cannot be replayed. Do not send this request again with a new key unless you mean to repeat it.`,
+      this.problems,
+    );
+    const headers: Array<[string, string]> = [];
+    problem.headers.forEach((value, name) => headers.push([name, value]));
+    const body = new TextEncoder().encode(problem.text);
+    return { status: 500, headers, body };
   }
 
   private storeUnavailable(): { kind: 'respond'; response: Response } {
@@ -360,6 +355,9 @@ export class HttpIdempotency<Tx = unknown> {
     return { kind: 'respond', response: idemProblem(kind, status, detail, this.problems, headers) };
   }
 }
+
+/** Default of `maxResponseBytes`: 32 MiB. */
+export const DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
 
 function optionalKey(key: string | undefined): string | undefined {
   return key === undefined ? undefined : validateKey(key);

@@ -13,7 +13,9 @@ export const ProblemKind = {
   InProgress: 'request-in-progress',
   StoreUnavailable: 'idempotency-store-unavailable',
   ExecutionFailed: 'request-failed-retry',
+  FailedPermanently: 'request-failed-permanently',
   LeaseLost: 'idempotency-lease-lost',
+  ResponseTooLarge: 'response-too-large-to-keep',
 } as const;
 export type ProblemKind = (typeof ProblemKind)[keyof typeof ProblemKind];
 
@@ -53,7 +55,9 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
   'request-in-progress': ['A request with this Idempotency-Key is in progress', 'idempotency_error', 'idempotency_key_in_use'],
   'idempotency-store-unavailable': ['Idempotency store unavailable', 'api_error', 'idempotency_store_unavailable'],
   'request-failed-retry': ['The request failed; retry it with the same Idempotency-Key', 'api_error', 'request_failed_retry'],
+  'request-failed-permanently': ['The request failed on every attempt; it will not be tried again', 'api_error', 'request_failed_permanently'],
   'idempotency-lease-lost': ['Another attempt took over this request', 'idempotency_error', 'idempotency_lease_lost'],
+  'response-too-large-to-keep': ['The response was too large to keep for replay', 'api_error', 'response_too_large_to_keep'],
 };
 
 /**
@@ -69,8 +73,20 @@ export function idemProblem(
   format: ProblemFormat = {},
   headers: Record<string, string> = {},
 ): Response {
+  const parts = idemProblemParts(kind, status, detail, format, headers);
+  return new Response(parts.text, { status, headers: parts.headers });
+}
+
+/** The headers and JSON text of {@link idemProblem}, for storing one without a Response. */
+export function idemProblemParts(
+  kind: ProblemKind,
+  status: number,
+  detail: string,
+  format: ProblemFormat = {},
+  headers: Record<string, string> = {},
+): { headers: Headers; text: string } {
   const [title, stripeType, code] = TITLES[kind];
-  return problemResponse(
+  return problemParts(
     { type: PROBLEM_TYPE_PREFIX + kind, title, status, detail },
     { ...format, stripeError: { type: stripeType, code, message: detail } },
     headers,
@@ -88,6 +104,15 @@ export function problemResponse(
   format: ProblemFormat & { stripeError?: StripeError } = {},
   headers: Record<string, string> = {},
 ): Response {
+  const parts = problemParts(problem, format, headers);
+  return new Response(parts.text, { status: problem.status, headers: parts.headers });
+}
+
+function problemParts(
+  problem: ProblemDetails,
+  format: ProblemFormat & { stripeError?: StripeError },
+  headers: Record<string, string>,
+): { headers: Headers; text: string } {
   const body: ProblemDetails = { ...problem };
   if (format.stripe) {
     body.error = format.stripeError ?? {
@@ -98,5 +123,5 @@ export function problemResponse(
   const h = new Headers(headers);
   h.set('content-type', 'application/problem+json');
   if (format.docsUrl) h.set('link', `<${format.docsUrl}>; rel="describedby"`);
-  return new Response(JSON.stringify(body), { status: problem.status, headers: h });
+  return { headers: h, text: JSON.stringify(body) };
 }

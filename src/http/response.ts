@@ -25,20 +25,66 @@ export function replayHeaderFilter(allow: readonly string[] = DEFAULT_REPLAY_HEA
 /**
  * Reads a response once: its exact body bytes and the headers to store.
  *
+ * @param maxBytes the most body bytes buffered to store (`maxResponseBytes`); past it the rest
+ *   is streamed to this client and `tooLarge()` is stored instead. @default Infinity
+ * @param tooLarge the stored form of a response too large to keep
  * @returns the stored form, and a copy of the response (status, all headers, same bytes)
  *   to send to this client, since the original's body stream is consumed.
+ * @throws whatever the body stream throws (a handler's stream that errors mid-way)
  */
 export async function captureResponse(
   response: Response,
   keepHeader: (name: string) => boolean,
+  maxBytes = Infinity,
+  tooLarge?: () => StoredResponse,
 ): Promise<{ stored: StoredResponse; response: Response }> {
-  const body = new Uint8Array(await response.arrayBuffer());
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = response.body?.getReader();
+  if (reader) {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      size += value.length;
+      if (size > maxBytes && tooLarge) {
+        // Too large to keep: this client still gets every byte, streamed from what was read
+        // and the rest of the handler's stream; the key stores a problem instead.
+        const rest = new ReadableStream<Uint8Array>({
+          start(controller) {
+            for (const chunk of chunks) controller.enqueue(chunk);
+            chunks.length = 0;
+          },
+          async pull(controller) {
+            const next = await reader.read();
+            if (next.done) controller.close();
+            else controller.enqueue(next.value);
+          },
+          cancel: (reason) => reader.cancel(reason),
+        });
+        const sent = new Response(rest, { status: response.status, statusText: response.statusText, headers: response.headers });
+        return { stored: tooLarge(), response: sent };
+      }
+    }
+  }
+  const body = concat(chunks, size);
   const headers: Array<[string, string]> = [];
   response.headers.forEach((value, name) => {
     if (keepHeader(name)) headers.push([name.toLowerCase(), value]);
   });
   const copy = bodyResponse(response.status, body, { statusText: response.statusText, headers: response.headers });
   return { stored: { status: response.status, headers, body }, response: copy };
+}
+
+function concat(chunks: Uint8Array[], size: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, at);
+    at += chunk.length;
+  }
+  return out;
 }
 
 /** Reads a response once into its stored form and a copy to send. */

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { poolExecutor } from './pool-executor.js';
 
 /**
  * The slice of a PostgreSQL client that idem uses, declared locally so that `pg` and PGlite
@@ -26,6 +26,10 @@ export interface PoolClientLike extends Queryable {
 export interface PoolLike extends Queryable {
   connect(): Promise<PoolClientLike>;
   totalCount: number;
+  /** Callers waiting for a connection (node-postgres `Pool#waitingCount`). */
+  waitingCount?: number;
+  /** The pool's settings (node-postgres keeps them here). */
+  options?: { connectionTimeoutMillis?: number };
 }
 
 /** A client with its own transaction scope that rolls back on throw (PGlite). */
@@ -46,26 +50,19 @@ export interface SqlExecutor {
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
 }
 
-/**
- * node-postgres runs a query config with a `name` as a prepared statement, parsed and
- * planned once per connection. idem's statements are fixed texts, so naming them removes
- * the parse and plan work from every request (measured: about 2-3x the throughput of the
- * claim statement at concurrency 16; see bench/). The name is derived from the text, so two
- * stores on different tables sharing one pool never collide.
- */
-const names = new Map<string, string>();
-function statementName(text: string): string {
-  let name = names.get(text);
-  if (!name) {
-    name = 'idem_' + createHash('sha256').update(text).digest('hex').slice(0, 24);
-    names.set(text, name);
-  }
-  return name;
+/** Deadlines of {@link toExecutor}. */
+export interface ExecutorLimits {
+  /**
+   * Deadline in ms of each of idem's statements on a pool, including the wait for a
+   * connection; past it the statement fails with a `StoreTimeoutError` and its connection
+   * is destroyed, not returned to the pool. `0` or `Infinity`: none.
+   */
+  timeoutMs?: number;
+  /** Callers that may wait for a pool connection; one more fails at once with a `StoreTimeoutError`. */
+  maxWaiting?: number;
 }
-type NamedQueryable = { query(config: { name: string; text: string; values?: unknown[] }): Promise<QueryResultLike> };
-function named(db: Queryable, text: string, params?: unknown[]): Promise<QueryResultLike> {
-  return (db as unknown as NamedQueryable).query({ name: statementName(text), text, values: params ?? [] });
-}
+
+export { StoreTimeoutError } from './pool-executor.js';
 
 /**
  * Normalises a `pg.Pool` or a PGlite instance.
@@ -73,7 +70,7 @@ function named(db: Queryable, text: string, params?: unknown[]): Promise<QueryRe
  * @throws {TypeError} when `client` is neither (a single `pg.Client` cannot run concurrent
  *   transactions; pass a `pg.Pool`).
  */
-export function toExecutor(client: SqlClient): SqlExecutor {
+export function toExecutor(client: SqlClient, limits: ExecutorLimits = {}): SqlExecutor {
   if (!client || typeof (client as Queryable).query !== 'function') {
     throw new TypeError('idem/postgres: pass a pg.Pool or a PGlite instance as `client`');
   }
@@ -86,38 +83,7 @@ export function toExecutor(client: SqlClient): SqlExecutor {
     };
   }
   if (typeof (client as PoolLike).connect === 'function' && typeof (client as PoolLike).totalCount === 'number') {
-    const pool = client as PoolLike;
-    return {
-      query: (text, params) => named(pool, text, params),
-      queryOn: (tx, text, params) => named(tx, text, params),
-      async transaction(fn) {
-        const conn = await pool.connect();
-        // A connection that breaks between two statements of the transaction (no query in
-        // flight) emits 'error' on the client; unheard, that would crash the process. The
-        // next statement fails instead, and the catch below discards the connection.
-        const events = conn as unknown as { on?(event: 'error', fn: () => void): void; off?(event: 'error', fn: () => void): void };
-        const ignore = () => undefined;
-        events.on?.('error', ignore);
-        try {
-          await conn.query('BEGIN');
-          const value = await fn(conn);
-          await conn.query('COMMIT');
-          conn.release();
-          return value;
-        } catch (error) {
-          try {
-            await conn.query('ROLLBACK');
-            conn.release();
-          } catch (rollbackError) {
-            // The connection is unusable; destroy it instead of returning it to the pool.
-            conn.release(rollbackError as Error);
-          }
-          throw error;
-        } finally {
-          events.off?.('error', ignore);
-        }
-      },
-    };
+    return poolExecutor(client as PoolLike, limits);
   }
   throw new TypeError(
     'idem/postgres: `client` must be a pg.Pool (a single pg.Client cannot run concurrent transactions) or a PGlite instance',

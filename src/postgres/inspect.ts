@@ -50,11 +50,36 @@ export interface StoreStats {
   liveLeases: number;
   /** Partitioned mode: partition names by day. */
   partitions?: Array<{ name: string; day: string; expired: boolean }>;
+  /**
+   * Streaming standbys of the server (`pg_stat_replication`), when it could be read: with
+   * standbys and none synchronous, a failover can lose acknowledged keys and a retried
+   * payment then runs again (see docs/reliability.md).
+   */
+  replication?: {
+    standbys: number;
+    /** Standbys in `sync` or `quorum` state. */
+    synchronous: number;
+    /** Standbys whose state this role may not read (needs pg_read_all_stats). */
+    unknown: number;
+    /** The server's `synchronous_commit` for this session. */
+    synchronousCommit: string;
+  };
+}
+
+/**
+ * True when `replication` shows a failover could lose acknowledged keys: streaming standbys
+ * and none synchronous, or `synchronous_commit` at `off` / `local` (which does not wait for
+ * a standby). Unknown standby states count as synchronous (no false alarm).
+ */
+export function replicationAtRisk(replication: StoreStats['replication']): boolean {
+  if (!replication || replication.standbys === 0) return false;
+  if (replication.synchronous + replication.unknown === 0) return true;
+  return replication.synchronousCommit === 'off' || replication.synchronousCommit === 'local';
 }
 
 /** See `PostgresStore.inspect`. */
 export async function inspect(ctx: StoreContext, scope: string, key: string, retentionMs: number): Promise<KeyInspection | undefined> {
-  const row = (await ctx.db.query(ctx.sql.inspect, [scope, key, retentionMs])).rows[0];
+  const row = (await ctx.maintenance.query(ctx.sql.inspect, [scope, key, retentionMs])).rows[0];
   if (!row) return undefined;
   return {
     scope: String(row.scope),
@@ -95,7 +120,7 @@ async function inspectResponse(ctx: StoreContext, row: Row, scope: string, key: 
 
 /** See `PostgresStore.stats`. */
 export async function stats(ctx: StoreContext, retentionMs: number): Promise<StoreStats> {
-  const row = (await ctx.db.query(ctx.sql.stats, [retentionMs])).rows[0]!;
+  const row = (await ctx.maintenance.query(ctx.sql.stats, [retentionMs])).rows[0]!;
   const result: StoreStats = {
     total: Number(row.total),
     started: Number(row.started),
@@ -106,5 +131,18 @@ export async function stats(ctx: StoreContext, retentionMs: number): Promise<Sto
     liveLeases: Number(row.live_leases),
   };
   if (ctx.psql) result.partitions = await listPartitions(ctx, retentionMs);
+  try {
+    const r = (await ctx.maintenance.query(ctx.sql.replication)).rows[0];
+    if (r) {
+      result.replication = {
+        standbys: Number(r.standbys),
+        synchronous: Number(r.synchronous),
+        unknown: Number(r.unknown),
+        synchronousCommit: String(r.synchronous_commit),
+      };
+    }
+  } catch {
+    // A server without pg_stat_replication (an embedded one): nothing to report.
+  }
   return result;
 }

@@ -5,7 +5,7 @@ import { maintain } from './partitions.js';
 
 /** See `PostgresStore.migrate`. */
 export async function migrate(ctx: StoreContext): Promise<{ table: 'created' | 'exists'; partitionsCreated: string[] }> {
-  const { db } = ctx;
+  const { maintenance: db } = ctx;
   const [lock, ...ddl] = (ctx.psql ?? ctx.sql).migrate;
   const table = await db.transaction(async (tx) => {
     await db.queryOn(tx, lock!, [ctx.table]);
@@ -20,7 +20,7 @@ export async function migrate(ctx: StoreContext): Promise<{ table: 'created' | '
 
 /** See `PostgresStore.tableMode`. */
 export async function tableMode(ctx: StoreContext): Promise<'plain' | 'partitioned' | undefined> {
-  const kind = (await ctx.db.query(ctx.sql.tableKind, [ctx.table])).rows[0]?.kind;
+  const kind = (await ctx.maintenance.query(ctx.sql.tableKind, [ctx.table])).rows[0]?.kind;
   return kind === undefined ? undefined : kind === 'p' ? 'partitioned' : 'plain';
 }
 

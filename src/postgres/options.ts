@@ -14,6 +14,9 @@ import { type PartitionedStatements, partitionedStatements, type Statements, sta
  */
 export const DEFAULT_INLINE_MAX_BYTES = 64 * 1024;
 
+/** Default deadline of each of idem's statements on a pool, in ms (`storeTimeoutMs`). */
+export const DEFAULT_STORE_TIMEOUT_MS = 5000;
+
 /** Options of `PostgresStore`. */
 export interface PostgresStoreOptions {
   /** A `pg.Pool` or a PGlite instance. */
@@ -50,6 +53,23 @@ export interface PostgresStoreOptions {
    * @default false (one plain table)
    */
   partitioned?: boolean | PartitionOptions;
+  /**
+   * Deadline in ms of each statement idem issues on a `pg.Pool` for a request (the wait for a
+   * connection included; migrations, sweeps and operator reads have none). Past it the statement fails, its connection is destroyed rather than returned
+   * to the pool, and the request gets `503` with `Retry-After` (protocol.md H17): a database
+   * that accepts connections and never answers costs a request this long, not a hang. Keep it
+   * well under `leaseMs`. A pool without `connectionTimeoutMillis` gets this value as its
+   * connect timeout. `0` turns the deadline off. PGlite runs in process and has none.
+   * @default 5000
+   */
+  storeTimeoutMs?: number;
+  /**
+   * Requests that may wait for a pool connection at once; one more gets `503` at once
+   * instead of queueing without bound (shedding load never runs a request twice: nothing was
+   * claimed).
+   * @default 256
+   */
+  maxPoolWaiting?: number;
 }
 
 /** Options of partitioned mode. */
@@ -75,7 +95,13 @@ export interface PartitionOptions {
  */
 export interface StoreContext {
   readonly table: string;
+  /** The request path's executor: every statement under `storeTimeoutMs`. */
   readonly db: SqlExecutor;
+  /**
+   * Migration, partitions, sweeps and operator reads: the same client without the deadline,
+   * since a migration may wait for a lock and a sweep batch or a count may outlast it.
+   */
+  readonly maintenance: SqlExecutor;
   readonly sql: Statements;
   /** Partitioned mode's statements, or undefined for a plain table. */
   readonly psql: PartitionedStatements | undefined;
@@ -94,7 +120,11 @@ export interface StoreContext {
  *   keys, bad partition options, or `inlineMaxBytes` in partitioned mode without a `blobStore`
  */
 export function storeContext(options: PostgresStoreOptions): StoreContext {
-  const db = toExecutor(options.client);
+  const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+  if (!(timeoutMs >= 0)) throw new InvalidOptionError('idem/postgres: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
+  const maxWaiting = options.maxPoolWaiting ?? 256;
+  if (!(maxWaiting >= 0)) throw new InvalidOptionError('idem/postgres: maxPoolWaiting must be a number >= 0');
+  const db = toExecutor(options.client, { timeoutMs, maxWaiting });
   const table = options.table ?? 'idempotency_keys';
   let sql: Statements;
   try {
@@ -127,5 +157,5 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
     if (!(partitioning.dropLockTimeoutMs >= 1)) throw new InvalidOptionError('partitioned.dropLockTimeoutMs must be >= 1');
     psql = partitionedStatements(table);
   }
-  return { table, db, sql, psql, partitioning, inlineMaxBytes, blobs, cipher };
+  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher };
 }

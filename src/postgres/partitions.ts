@@ -15,7 +15,7 @@ export function requirePartitioned(ctx: StoreContext, what: string): Partitioned
 /** See `PostgresStore.maintain`. */
 export async function maintain(ctx: StoreContext): Promise<string[]> {
   const psql = requirePartitioned(ctx, 'maintain');
-  const { db } = ctx;
+  const { maintenance: db } = ctx;
   const today = String((await db.query(psql.today)).rows[0]!.day);
   const existing = new Set((await db.query(psql.listPartitions, [ctx.table, 0])).rows.map((r) => String(r.name)));
   const created: string[] = [];
@@ -34,13 +34,13 @@ export async function maintain(ctx: StoreContext): Promise<string[]> {
 
 /** The partitions (by name, oldest first) whose whole day is past `retentionMs`. */
 export async function expiredPartitions(ctx: StoreContext, retentionMs: number): Promise<string[]> {
-  const rows = (await ctx.db.query(requirePartitioned(ctx, 'sweep').listPartitions, [ctx.table, retentionMs])).rows;
+  const rows = (await ctx.maintenance.query(requirePartitioned(ctx, 'sweep').listPartitions, [ctx.table, retentionMs])).rows;
   return rows.filter((r) => r.expired === true).map((r) => String(r.name));
 }
 
 /** Every partition of the table, oldest first, with its day and whether it is past `retentionMs`. */
 export async function listPartitions(ctx: StoreContext, retentionMs: number): Promise<Array<{ name: string; day: string; expired: boolean }>> {
-  const rows = (await ctx.db.query(requirePartitioned(ctx, 'stats').listPartitions, [ctx.table, retentionMs])).rows;
+  const rows = (await ctx.maintenance.query(requirePartitioned(ctx, 'stats').listPartitions, [ctx.table, retentionMs])).rows;
   return rows.map((r) => ({ name: String(r.name), day: String(r.day), expired: r.expired === true }));
 }
 
@@ -52,7 +52,7 @@ export async function listPartitions(ctx: StoreContext, retentionMs: number): Pr
  */
 export async function dropPartition(ctx: StoreContext, name: string): Promise<number | undefined> {
   const psql = requirePartitioned(ctx, 'sweep');
-  const { db } = ctx;
+  const { maintenance: db } = ctx;
   try {
     return await db.transaction(async (tx) => {
       await db.queryOn(tx, psql.setLockTimeout, [`${ctx.partitioning!.dropLockTimeoutMs}ms`]);

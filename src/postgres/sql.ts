@@ -43,6 +43,7 @@ export interface Statements {
   finish: string;
   extendLease: string;
   release: string;
+  countFailure: string;
   discard: string;
   /** sql/sweep.ts */
   sweepCutoff: string;
@@ -55,6 +56,7 @@ export interface Statements {
   /** sql/inspect.ts */
   inspect: string;
   stats: string;
+  replication: string;
   /** sql/completer.ts */
   saveRequest: string;
   listAbandoned: string;

@@ -22,7 +22,7 @@ import { readRecord } from './responses.js';
 import { snapshotJson, toRecord, toSnapshot } from './rows.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
 
-export { DEFAULT_INLINE_MAX_BYTES, type PartitionOptions, type PostgresStoreOptions } from './options.js';
+export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PartitionOptions, type PostgresStoreOptions } from './options.js';
 export type { KeyInspection, StoreStats } from './inspect.js';
 export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './sweep.js';
 
@@ -104,6 +104,11 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
     const { rows } = await this.ctx.db.query(this.ctx.sql.extendLease, [ref.scope, ref.key, ref.token, leaseMs]);
     return rows.length > 0 ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
+
+  async countFailure(ref: KeyRef): Promise<Fenced<number>> {
+    const { rows } = await this.ctx.db.query(this.ctx.sql.countFailure, [ref.scope, ref.key, ref.token]);
+    return rows.length > 0 ? { kind: 'ok', value: Number(rows[0]!.failed_attempts) } : { kind: 'fenced' };
   }
 
   async release(ref: KeyRef): Promise<Fenced<'released'>> {

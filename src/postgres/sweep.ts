@@ -53,7 +53,7 @@ export interface SweepOptions {
 
 /** The retention cutoff in epoch µs (database clock), as text: exact, unlike a JS Date. */
 async function cutoffUs(ctx: StoreContext, retentionMs: number): Promise<string> {
-  return String((await ctx.db.query(ctx.sql.sweepCutoff, [retentionMs])).rows[0]!.cutoff_us);
+  return String((await ctx.maintenance.query(ctx.sql.sweepCutoff, [retentionMs])).rows[0]!.cutoff_us);
 }
 
 const usToDate = (us: string) => new Date(Number(BigInt(us) / 1000n));
@@ -96,7 +96,7 @@ export async function sweepReport(ctx: StoreContext, options: SweepOptions = {})
   // Cursor (created_at µs, scope, key): starts before any row (year 1653), moves after each batch.
   let cursor: [string, string, string] = ['-10000000000000000', '', ''];
   while (Date.now() < deadline) {
-    const row = (await ctx.db.query(ctx.sql.sweepBatch, [cutoff, ...cursor, batchSize])).rows[0]!;
+    const row = (await ctx.maintenance.query(ctx.sql.sweepBatch, [cutoff, ...cursor, batchSize])).rows[0]!;
     progress.batches++;
     progress.deleted += Number(row.deleted);
     progress.scanned += Number(row.scanned);
@@ -110,7 +110,7 @@ export async function sweepReport(ctx: StoreContext, options: SweepOptions = {})
 /** See `PostgresStore.sweepPlan`. */
 export async function sweepPlan(ctx: StoreContext, retentionMs: number): Promise<SweepPlan> {
   const cutoff = await cutoffUs(ctx, retentionMs);
-  const row = (await ctx.db.query(ctx.sql.sweepPlan, [cutoff])).rows[0]!;
+  const row = (await ctx.maintenance.query(ctx.sql.sweepPlan, [cutoff])).rows[0]!;
   return {
     cutoff: usToDate(cutoff),
     expired: Number(row.expired),

@@ -152,6 +152,12 @@ export interface IdempotencyStore<Tx = unknown> {
    */
   discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>>;
 
+  /**
+   * Optional (`maxAttempts`). Counts a failed attempt on a key this worker holds, fenced by
+   * the token, keeping the lease; resolves to the attempts failed so far over the key's life.
+   */
+  countFailure?(ref: KeyRef): Promise<Fenced<number>>;
+
   /** Reads a key, or `undefined` when absent or past retention. */
   get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined>;
 

@@ -53,6 +53,15 @@ export function fencedStatements({ t, nextToken }: TableNames) {
       RETURNING 1 AS ok`,
 
     /**
+     * An attempt failed (the handler threw): count it, keeping the lease, so the caller can
+     * finish the key for good once it reached `maxAttempts` (protocol.md K5) or release it.
+     * $1 scope, $2 key, $3 token. Returns the attempts failed so far.
+     */
+    countFailure: `UPDATE ${t} SET failed_attempts = failed_attempts + 1
+      WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
+      RETURNING failed_attempts`,
+
+    /**
      * The request was rejected before any phase committed: delete the claim so the client can
      * fix the request and retry with the same key (seed, "What gets stored"). A key with a
      * committed phase is never deleted (its effects exist); the caller releases it instead.

@@ -32,5 +32,16 @@ export function inspectStatements({ t }: TableNames) {
           AND created_at > now() - $1::int8 * interval '1 millisecond')::int8::text AS abandoned,
         count(*) FILTER (WHERE locked_until > now())::int8::text AS live_leases
       FROM ${t}`,
+
+    /**
+     * Streaming standbys of this server and how many are synchronous (a
+     * promoted asynchronous standby may have lost acknowledged keys, and their retries run
+     * again). `sync_state` is NULL without pg_read_all_stats: counted as unknown.
+     */
+    replication: `SELECT count(*)::int AS standbys,
+        count(*) FILTER (WHERE sync_state IN ('sync', 'quorum'))::int AS synchronous,
+        count(*) FILTER (WHERE sync_state IS NULL)::int AS unknown,
+        current_setting('synchronous_commit') AS synchronous_commit
+      FROM pg_stat_replication`,
   };
 }

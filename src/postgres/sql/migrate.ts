@@ -79,6 +79,14 @@ export function migrateStatements(n: TableNames, mode: 'plain' | 'partitioned'):
           ALTER TABLE ${t} ADD COLUMN request jsonb;
         END IF;
       END $$`,
+    // Failed attempts per key (issue 11): a constant default, so adding it to a table made by
+    // an earlier version rewrites nothing; added only when missing.
+    `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
+            AND attname = 'failed_attempts' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN failed_attempts int NOT NULL DEFAULT 0;
+        END IF;
+      END $$`,
     // Completer: finds started keys by lease end without scanning finished rows. Partial,
     // so it holds only keys in flight (a few per worker), not the retained history.
     `CREATE INDEX IF NOT EXISTS "${bare}_started_idx" ON ${t} (locked_until) WHERE state = 'started'`,

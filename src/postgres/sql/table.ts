@@ -97,5 +97,6 @@ export function columns(nextToken: string): string {
         response_key_id  text,
         created_at       timestamptz NOT NULL DEFAULT now(),
         finished_at      timestamptz,
+        failed_attempts  int         NOT NULL DEFAULT 0,
 `;
 }

@@ -1,0 +1,31 @@
+/**
+ * Which failed attempts count toward `maxAttempts` (protocol.md K5): a failure the same
+ * request would meet again (a handler bug, data the database refuses) counts; a failure of the
+ * infrastructure (the store unreachable or past its deadline, a dropped connection, a
+ * serialization conflict, a lost lease) does not, since a later attempt can succeed and a
+ * database outage must never fail payments for good. An application marks its own outage
+ * errors (a payment provider down) with `transient: true`.
+ */
+import { IdempotencyError } from '../core/errors.js';
+
+/** SQLSTATE classes and codes that say "try again": connection (08), resources (53), operator intervention (57), serialization (40001) and deadlock (40P01). */
+const TRANSIENT_SQLSTATE = /^(08|53|57)|^40001$|^40P01$/;
+/** Node's network error codes. */
+const TRANSIENT_NODE = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+
+/**
+ * True when `error` (or an error in its `cause` chain) is a failure of the infrastructure rather
+ * than of the request: it does not count toward `maxAttempts`.
+ */
+export function isTransientFailure(error: unknown): boolean {
+  for (let e = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof IdempotencyError) return true; // lease lost, store unavailable, …
+    if ((e as { transient?: unknown }).transient === true) return true; // the app says so (a provider outage)
+    if (e.name === 'StoreTimeoutError' || e.name === 'TimeoutError' || e.name === 'AbortError') return true;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && (TRANSIENT_NODE.has(code) || (code.length === 5 && TRANSIENT_SQLSTATE.test(code)))) return true;
+    // node-postgres reports a connection that died mid-query without a code.
+    if (/Connection terminated|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(e.message)) return true;
+  }
+  return false;
+}

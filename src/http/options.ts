@@ -1,0 +1,136 @@
+import type { EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import type { IdempotencyContext } from './context.js';
+import type { ProblemFormat } from './problem.js';
+
+/** A request as the HTTP core sees it, whatever the framework. */
+export interface HttpRequestInput {
+  /** HTTP method, any case. */
+  method: string;
+  /** Absolute URL, or path with query (`/v1/charges?expand=x`). */
+  url: string;
+  headers: Headers;
+  /** Raw body bytes, read once; `null` for none. */
+  body: Uint8Array | null;
+  /**
+   * The key header's lines as sent, when the runtime keeps repeated lines apart (Node's
+   * `req.headersDistinct`); lets two `Idempotency-Key` lines be rejected (conformance 5).
+   */
+  keyHeaderLines?: string[] | undefined;
+}
+
+/** Options of the HTTP layer (all adapters take these). Durations are in ms. */
+export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>, 'store'> {
+  /** Where keys live, e.g. `new PostgresStore({ client })`. Give either `store` or `engine`. */
+  store?: EngineOptions<Tx>['store'];
+  /** A shared engine (then lease/retention options come from it). */
+  engine?: IdempotencyEngine<Tx>;
+  /**
+   * Methods protected; a key on any other method is ignored (conformance 1).
+   * @default ['POST', 'PATCH']
+   */
+  methods?: string[];
+  /**
+   * Require a key: a protected request without one gets 400, and the handler does not run
+   * (conformance 2). Without it, such a request passes through unprotected.
+   * @default false
+   */
+  required?: boolean;
+  /**
+   * Request header carrying the key, e.g. `PayPal-Request-Id` (conformance 4).
+   * @default 'Idempotency-Key'
+   */
+  keyHeader?: string;
+  /** @deprecated renamed {@link keyHeader} (the client's option has the same name); used when `keyHeader` is not set. */
+  headerName?: string;
+  /**
+   * Takes the key from somewhere else, e.g. a body field (EC2 `ClientToken` style). Return
+   * `undefined` for none. Replaces the header: a request whose key header carries a
+   * different key gets 400 (two keys for one request are ambiguous).
+   */
+  getKey?: (request: HttpRequestInput) => string | undefined;
+  /**
+   * Resolves the scope (tenant / API credential) of a request (conformance 6). The default
+   * hashes the `Authorization` header, safe without configuration.
+   */
+  scope?: (request: HttpRequestInput) => string | Promise<string>;
+  /** Request headers that are part of the fingerprint, e.g. `['Stripe-Version']` (conformance 7). @default [] */
+  fingerprintHeaders?: string[];
+  /**
+   * RFC 6901 JSON pointers removed from a JSON body before it is fingerprinted, for members
+   * that change on every send without changing the request, e.g. `['/id']` for a JSON-RPC
+   * envelope (protocol.md K2). @default []
+   */
+  fingerprintIgnore?: readonly string[];
+  /**
+   * Projects a parsed JSON body to the part that identifies the request, before it is
+   * fingerprinted (after `fingerprintIgnore`), e.g. `(rpc) => ({ method: rpc.method, params:
+   * rpc.params })`. Must be pure. Applies to JSON bodies only.
+   */
+  fingerprintProjection?: (body: unknown) => unknown;
+  /** Response headers stored and replayed; Set-Cookie, Authorization and the like are never stored. */
+  replayHeaders?: string[];
+  /**
+   * Status for a key reused with a different request: 422 (draft), 400 (Stripe) or 409
+   * (Brandur Leach).
+   * @default 422
+   */
+  mismatchStatus?: 400 | 409 | 422;
+  /**
+   * A handler that throws: `release` ends the lease and keeps the recovery point, the client
+   * gets a 500 problem and its retry resumes (conformance 10); `store` stores that 500 and
+   * replays it (Stripe).
+   * @default 'release'
+   */
+  onThrow?: 'release' | 'store';
+  /**
+   * Failed attempts (the handler threw) a key may have over its life, counted in its row
+   * whether a client retried or a completer ran it. At the last one the key is finished with
+   * a stored 500 problem `urn:idem:problem:request-failed-permanently`, replayed from then on,
+   * and no completer picks it up again. Failures of the infrastructure (store unreachable or
+   * past its deadline, dropped connections, serialization conflicts) and errors with
+   * `transient: true` (mark a downstream outage so) do not count. `Infinity`
+   * turns it off. Needs a store with `countFailure` (the PostgreSQL store has it).
+   * @default 5
+   */
+  maxAttempts?: number;
+  /**
+   * Statuses that mean "rejected before work started" when no atomic phase has committed:
+   * not stored, claim deleted, the client may retry with the same key (seed, "What gets
+   * stored"). After a phase has committed every response is stored (conformance 9).
+   * @default [400, 401, 403, 422, 429]
+   */
+  discardStatuses?: number[];
+  /**
+   * Statuses that mean "try again later" (RFC 9110 §15.6.4) when no atomic phase has
+   * committed: not stored, claim deleted, the response (with the handler's `Retry-After`)
+   * passed through, so the retry runs the handler again. After a phase has committed they
+   * are stored like any other response. Other 5xx a handler returns are always stored.
+   * @default [503]
+   */
+  releaseStatuses?: number[];
+  /**
+   * The most response body bytes buffered to store one response. A larger response still
+   * reaches this client in full, streamed; the key is finished with a stored 500 problem
+   * `urn:idem:problem:response-too-large-to-keep` that retries get, and the handler never
+   * runs again for that key.
+   * @default 33_554_432 (32 MiB)
+   */
+  maxResponseBytes?: number;
+  /**
+   * `Retry-After` of a 409 "in progress", in seconds, clamped to the lease left (conformance 13).
+   * @default 1
+   */
+  retryAfterS?: number;
+  /** Format of idem's own error bodies (Stripe `error` member, docs link). */
+  problems?: ProblemFormat;
+  /**
+   * Store a snapshot of each protected request (method, path with query, content type, body
+   * bytes; never `Authorization` or `Cookie`) with its key, before the handler runs, so a
+   * {@link Completer} can finish work whose client never retried. Costs one fenced write per
+   * execution. Needs a store with `saveRequest` (the PostgreSQL store has it).
+   * @default false
+   */
+  storeRequests?: boolean;
+  /** Called with every error a handler throws (after the client's response is decided). @default console.error */
+  onHandlerError?: (error: unknown, context: IdempotencyContext<Tx>) => void;
+}
