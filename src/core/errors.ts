@@ -16,6 +16,7 @@ export const ErrorCode = {
   ExecutionClosed: 'IDEM_EXECUTION_CLOSED',
   UnknownKeyId: 'IDEM_UNKNOWN_KEY_ID',
   ResponseUnreadable: 'IDEM_RESPONSE_UNREADABLE',
+  UnsupportedResponse: 'IDEM_UNSUPPORTED_RESPONSE',
   // idem/client (src/client/errors.ts)
   ClientInvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
   HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',
@@ -120,5 +121,16 @@ export class UnknownKeyIdError extends IdemError {
 export class ResponseUnreadableError extends IdemError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(ErrorCode.ResponseUnreadable, message, options);
+  }
+}
+
+/**
+ * A protected handler tried to answer in a way idem cannot record, e.g. Fastify's
+ * `reply.hijack()` (the handler then writes to the socket itself). Thrown to the handler, so
+ * the request fails with idem's 500 problem and the lease is released; nothing is stored.
+ */
+export class UnsupportedResponseError extends IdemError {
+  constructor(message: string) {
+    super(ErrorCode.UnsupportedResponse, message);
   }
 }
