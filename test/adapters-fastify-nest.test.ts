@@ -8,8 +8,9 @@ import type { AdapterHarness } from './helpers/adapter-harness.js';
 import { adapterContract, unreachableStoreContract } from './helpers/adapter-suite.js';
 import { engines, useEngine } from './helpers/engines.js';
 import { fastifyHarness } from './helpers/harness-fastify.js';
+import { nestExpressHarness, nestFastifyHarness } from './helpers/harness-nestjs.js';
 
-const harnesses: AdapterHarness[] = [fastifyHarness];
+const harnesses: AdapterHarness[] = [fastifyHarness, nestExpressHarness, nestFastifyHarness];
 
 for (const engine of engines) {
   describe(`HTTP adapters (Fastify, NestJS) over ${engine.name}`, () => {
