@@ -211,10 +211,10 @@ describe('idem/fastify', () => {
         });
       });
       for (const [path, status, hex] of [['/v1/node-stream', 200, '0001ff007f'], ['/v1/web-stream', 202, Buffer.from('hello web stream').toString('hex')]] as const) {
-        const first = await send(path, { key: 's' });
+        const first = await send(path, { key: `s${path}` });
         assert.equal(first.status, status);
         assert.equal(Buffer.from(await first.arrayBuffer()).toString('hex'), hex);
-        const replay = await send(path, { key: 's' });
+        const replay = await send(path, { key: `s${path}` });
         assert.equal(replay.status, status);
         assert.equal(replay.headers.get('idempotent-replayed'), 'true');
         assert.equal(Buffer.from(await replay.arrayBuffer()).toString('hex'), hex);

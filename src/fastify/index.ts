@@ -132,20 +132,38 @@ function append<T>(hooks: T | T[] | undefined, hook: unknown): T[] {
   return [...(hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]), hook as T];
 }
 
-/** Reads a stream whole, failing with Fastify's 413 past `limit` bytes. */
-async function readAll(stream: NodeJS.ReadableStream, limit: number | undefined): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let length = 0;
-  for await (const chunk of stream as AsyncIterable<Buffer | string>) {
-    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-    length += buffer.length;
-    if (limit !== undefined && length > limit) {
-      (stream as Readable).destroy?.();
-      throw Object.assign(new Error('Request body is too large'), { statusCode: 413, code: 'FST_ERR_CTP_BODY_TOO_LARGE' });
-    }
-    chunks.push(buffer);
-  }
-  return Buffer.concat(chunks);
+/**
+ * Reads a stream whole, failing with Fastify's 413 past `limit` bytes (then, as Fastify's own
+ * parser does, it stops listening and leaves the connection to Fastify's error reply).
+ */
+function readAll(stream: NodeJS.ReadableStream, limit: number | undefined): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let length = 0;
+    const stop = () => {
+      stream.removeListener('data', onData);
+      stream.removeListener('end', onEnd);
+      stream.removeListener('error', onEnd);
+    };
+    const onData = (chunk: Buffer | string) => {
+      const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+      length += buffer.length;
+      if (limit !== undefined && length > limit) {
+        stop();
+        reject(Object.assign(new Error('Request body is too large'), { statusCode: 413, code: 'FST_ERR_CTP_BODY_TOO_LARGE' }));
+        return;
+      }
+      chunks.push(buffer);
+    };
+    const onEnd = (error?: unknown) => {
+      stop();
+      if (error) reject(error);
+      else resolve(Buffer.concat(chunks));
+    };
+    stream.on('data', onData);
+    stream.on('end', onEnd);
+    stream.on('error', onEnd);
+  });
 }
 
 /** What the route sent (serialized payload, Buffer, stream or web Response) as a web Response. */
@@ -168,8 +186,10 @@ async function toResponse(reply: FastifyReply, payload: unknown): Promise<Respon
     body = new Uint8Array();
   } else if (typeof payload === 'string' || payload instanceof Uint8Array) {
     body = typeof payload === 'string' ? Buffer.from(payload) : payload;
-  } else if (typeof (payload as { getReader?: unknown }).getReader === 'function' || typeof (payload as { pipe?: unknown }).pipe === 'function') {
+  } else if (typeof (payload as { getReader?: unknown }).getReader === 'function') {
     // A stream is read whole and recorded before anything is sent (an endless stream never ends).
+    body = new Uint8Array(await new Response(payload as ReadableStream).arrayBuffer());
+  } else if (typeof (payload as { pipe?: unknown }).pipe === 'function') {
     body = await readAll(payload as NodeJS.ReadableStream, undefined);
   } else {
     throw new UnsupportedResponseError(`idem/fastify: cannot record a reply payload of type ${typeof payload}`);
