@@ -205,6 +205,22 @@ for (const platform of ['express', 'fastify'] as const) {
       assert.equal(runs.n, 2);
     });
 
+    it('without rawBody the parsed JSON body is fingerprinted canonically: whitespace and key order replay, another value is a 422', async () => {
+      const { store, drop } = await freshStore(db);
+      closers.push(drop);
+      runs.n = 0;
+      const { url } = await startNest(platform, ProbeModule.with({ store }), (fn) => void closers.push(fn), { rawBody: false });
+      const send = (s: Send) => fetch(url + '/v1/probe', requestInit(s));
+      const json = { 'content-type': 'application/json' };
+      const first = await send({ key: 'nr', body: '{"a":1,"b":2}', headers: json });
+      assert.deepEqual(await first.json(), { body: { a: 1, b: 2 }, key: 'nr', n: 1 });
+      const same = await send({ key: 'nr', body: '{ "b": 2, "a": 1 }', headers: json });
+      assert.equal(same.headers.get('idempotent-replayed'), 'true');
+      await same.arrayBuffer();
+      await assertProblem(await send({ key: 'nr', body: '{"a":1,"b":3}', headers: json }), 422, 'idempotency-key-reused');
+      assert.equal(runs.n, 1);
+    });
+
     it('the store and the core are injectable (IDEMPOTENCY_STORE, IDEMPOTENCY)', async () => {
       const { send, store } = await probe();
       const res = await send('/v3/store', { method: 'GET' });

@@ -76,13 +76,18 @@ class HarnessModule {
   }
 }
 
-/** Creates and starts a NestJS app on the given platform, on 127.0.0.1:0; returns its URL. */
-export async function startNest(platform: 'express' | 'fastify', module: DynamicModule | (new () => unknown), cleanup: (fn: () => Promise<void>) => void): Promise<{ app: INestApplication; url: string }> {
+/** Creates and starts a NestJS app on the given platform (with `rawBody` unless told), on 127.0.0.1:0; returns its URL. */
+export async function startNest(
+  platform: 'express' | 'fastify',
+  module: DynamicModule | (new () => unknown),
+  cleanup: (fn: () => Promise<void>) => void,
+  { rawBody = true }: { rawBody?: boolean } = {},
+): Promise<{ app: INestApplication; url: string }> {
   const adapter = platform === 'express' ? new ExpressAdapter() : new FastifyAdapter();
   if (adapter instanceof FastifyAdapter) {
     adapter.getInstance().addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
   }
-  const app = await NestFactory.create(module, adapter, { logger: false, rawBody: true, abortOnError: false });
+  const app = await NestFactory.create(module, adapter, { logger: false, rawBody, abortOnError: false });
   cleanup(async () => void (await app.close()));
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1').replace('localhost', '127.0.0.1');
