@@ -26,7 +26,6 @@ import type { EngineOptions } from '../engine/engine.js';
  * Register the store's transaction type once, so `request.idem` is typed in every route:
  * `declare module 'idem/fastify' { interface IdempotencyRegister { tx: Queryable } }`.
  */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
 export interface IdempotencyRegister {}
 /** The transaction type registered in {@link IdempotencyRegister}, else `unknown`. */
 export type RegisteredTx = IdempotencyRegister extends { tx: infer T } ? T : unknown;
@@ -77,7 +76,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify: Fa
 
 /** Adds the route-level hooks that run idem on one route. */
 function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, headerName: string): void {
-  // preParsing: the raw bytes, before any content-type parser runs (protocol.md K2).
+  // preParsing: the raw bytes, before any content-type parser runs (protocol.md K2, H7).
   const preParsing = async (request: FastifyRequest, _reply: FastifyReply, payload: NodeJS.ReadableStream) => {
     if (!core.protects(request.method)) return payload;
     const raw = await readAll(payload, request.routeOptions.bodyLimit);
@@ -86,7 +85,7 @@ function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, heade
     refed.receivedEncodedLength = raw.length; // what Fastify checks against Content-Length
     return refed;
   };
-  // preValidation: the body parsed (a malformed body got Fastify's 400 and claimed nothing); claim (K3).
+  // preValidation: the body parsed (a malformed body got Fastify's 400 and claimed nothing); claim (protocol.md K3).
   const preValidation = async (request: FastifyRequest, reply: FastifyReply) => {
     if (!core.protects(request.method)) return;
     const prepared = await core.prepare({
@@ -110,7 +109,7 @@ function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, heade
   const onError = async (request: FastifyRequest, _reply: FastifyReply, error: unknown) => {
     if (slots(request)[PREPARED]) slots(request)[THROWN] = error;
   };
-  // onSend: record the response before it is sent (K5), or release on a crash (K7).
+  // onSend: record the response before it is sent (protocol.md K5), or release on a crash (protocol.md H10).
   const onSend = async (request: FastifyRequest, reply: FastifyReply, payload: unknown) => {
     const prepared = slots(request)[PREPARED];
     if (!prepared) return payload;

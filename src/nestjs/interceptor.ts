@@ -66,7 +66,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const method = raw.method ?? 'GET';
     if (!core.protects(method)) return next.handle();
     const headers = toHeaders(raw.headers);
-    const body = await bodyBytes(req, raw, headers);
+    const body = await bodyBytes(req, raw, headers); // fingerprinted before the handler runs (protocol.md H7)
     const headerName = (routeOptions?.headerName ?? this.options.headerName ?? 'Idempotency-Key').toLowerCase();
     const prepared = await core.prepare({
       method,
@@ -85,6 +85,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     req[CONTEXT_PROPERTY] = prepared.context;
     let thrown: { error: unknown } | undefined;
+    // Record what is written before it is sent (protocol.md K5); a crash releases instead (protocol.md H10).
     holdResponse(rawRes, (written) => (thrown ? prepared.fail(thrown.error) : prepared.complete(written)));
     return next.handle().pipe(
       catchError((error: unknown) => {
