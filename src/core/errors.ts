@@ -17,6 +17,7 @@ export const ErrorCode = {
   UnknownKeyId: 'IDEM_UNKNOWN_KEY_ID',
   ResponseUnreadable: 'IDEM_RESPONSE_UNREADABLE',
   MissingDependency: 'IDEM_MISSING_DEPENDENCY',
+  UnsupportedResponse: 'IDEM_UNSUPPORTED_RESPONSE',
   // idem/client (src/client/errors.ts)
   ClientInvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
   HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',
@@ -135,5 +136,16 @@ export class MissingDependencyError extends IdempotencyError {
   constructor(dependency: string, feature: string, options?: { cause?: unknown }) {
     super(ErrorCode.MissingDependency, `${feature} needs the optional peer dependency ${dependency}: npm install ${dependency}`, options);
     this.dependency = dependency;
+  }
+}
+
+/**
+ * A protected handler tried to answer in a way idem cannot record, e.g. Fastify's
+ * `reply.hijack()` (the handler then writes to the socket itself). Thrown to the handler, so
+ * the request fails with idem's 500 problem and the lease is released; nothing is stored.
+ */
+export class UnsupportedResponseError extends IdempotencyError {
+  constructor(message: string) {
+    super(ErrorCode.UnsupportedResponse, message);
   }
 }
