@@ -202,7 +202,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     slot.port = undefined;
     slot.paused = false;
     slot.killedByInjector = false;
-    const child = spawn(process.execPath, [entry], { cwd: ROOT, env: workerEnv as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [entry], { cwd: ROOT, env: workerEnv, stdio: ['ignore', 'pipe', 'pipe'] });
     slot.child = child;
     children.add(child);
     let buffer = '';

@@ -8,7 +8,6 @@
  */
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
-import next from 'next';
 import type { IdempotencyContext } from '../../src/http/context.js';
 import type { IdempotencyOptions } from '../../src/http/idempotency.js';
 import { type AdapterHarness, type Ctx, listen, toResponse } from './adapter-harness.js';
@@ -22,12 +21,22 @@ interface HarnessEntry {
 const REGISTRY = Symbol.for('idem.next.harness');
 const registry: Map<string, HarnessEntry> = ((globalThis as { [REGISTRY]?: Map<string, HarnessEntry> })[REGISTRY] ??= new Map());
 
+/** The slice of Next's custom-server API used here (typed locally: Next's types change `process.env` globally). */
+interface NextApp {
+  prepare(): Promise<void>;
+  getRequestHandler(): (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>;
+  close(): Promise<void>;
+}
+type CreateNext = (options: { dev: boolean; dir: string; hostname?: string; quiet?: boolean }) => NextApp;
+
 let server: Promise<{ url: string; close(): Promise<void> }> | undefined;
 
 /** Builds (if needed) and starts the example app in this process, once. @returns its base URL */
 export async function startNext(): Promise<string> {
   server ??= (async () => {
     await ensureNextBuild();
+    const specifier = 'next'; // not a literal: keeps Next's global types out of this program
+    const next = ((await import(specifier)) as { default: CreateNext }).default;
     const app = next({ dev: false, dir: NEXT_APP, hostname: '127.0.0.1', quiet: true });
     await app.prepare();
     const handle = app.getRequestHandler();
