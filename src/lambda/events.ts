@@ -141,7 +141,7 @@ function isStructured(result: unknown): result is ApiGatewayProxyStructuredResul
 
 /**
  * A web Response as a result in `event`'s format. The body is text when its media type is
- * textual and its bytes are valid UTF-8, else base64 with `isBase64Encoded: true` (for a
+ * textual (or absent) and its bytes are valid UTF-8, else base64 with `isBase64Encoded: true` (for a
  * REST API, list the media type in the API's binary media types).
  */
 export async function responseResult(response: Response, v2: boolean): Promise<ApiGatewayProxyResultV1 & ApiGatewayProxyStructuredResultV2> {
@@ -170,7 +170,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 function textBody(bytes: Uint8Array, contentType: string | null): string | undefined {
   if (bytes.length === 0) return '';
-  if (!TEXT_TYPE.test(contentType ?? '')) return undefined;
+  if (contentType && !TEXT_TYPE.test(contentType)) return undefined;
   try {
     return utf8.decode(bytes);
   } catch {
