@@ -17,7 +17,8 @@ import type { IdempotencyOptions } from '../src/http/idempotency.js';
 import type { Queryable } from '../src/postgres/client.js';
 import { listen } from './helpers/adapter-harness.js';
 import { engines, freshStore, useEngine } from './helpers/engines.js';
-import { countRows, hex, keyRows, requestInit, type Send } from './helpers/http.js';
+import { assertProblem, countRows, hex, keyRows, requestInit, type Send } from './helpers/http.js';
+import { createApp } from '../examples/koa/app.js';
 
 type Route = (ctx: Koa.Context, idem: IdempotencyContext<Queryable> | undefined) => Promise<void> | void;
 
@@ -83,6 +84,29 @@ for (const engine of engines) {
         assert.equal(same.headers.get('idempotent-replayed'), 'true');
         assert.deepEqual(await same.json(), { got: { a: 1 } });
         assert.equal(counter.H, 1);
+      });
+    });
+
+    describe('the README example (examples/koa/app.ts)', () => {
+      it('no key: 400 problem; a charge is created once and replayed with its Location; a 400 from validation is not stored', async () => {
+        const fresh = await freshStore(db.client());
+        db.cleanup(fresh.drop);
+        const server = await listen(http.createServer(createApp(fresh.store).callback()));
+        db.cleanup(server.close);
+        const post = (s: Send) => fetch(server.url + '/v1/charges', requestInit(s));
+        await assertProblem(await post({ json: { amount: 1 } }), 400, 'idempotency-key-missing');
+        const first = await post({ key: 'koa-ex-1', json: { amount: 1000 } });
+        assert.equal(first.status, 201);
+        const text = await first.text();
+        assert.equal(first.headers.get('location'), `/v1/charges/${JSON.parse(text).id}`);
+        const replay = await post({ key: 'koa-ex-1', json: { amount: 1000 } });
+        assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+        assert.equal(replay.headers.get('location'), first.headers.get('location'));
+        assert.equal(await replay.text(), text);
+        const bad = await post({ key: 'koa-ex-2', json: { amount: 'lots' } });
+        assert.equal(bad.status, 400);
+        assert.equal(await bad.text(), 'amount must be an integer');
+        assert.equal(await countRows(db.client(), fresh.table), 1, 'only the charge is stored');
       });
     });
 

@@ -21,6 +21,7 @@ import type { Queryable } from '../src/postgres/client.js';
 import { engines, freshStore, useEngine } from './helpers/engines.js';
 import { deferred, keyRows } from './helpers/http.js';
 import { fixture, lambdaContext } from './helpers/harness-lambda.js';
+import { chargeHandler, middyChargeHandler } from '../examples/lambda/handler.js';
 
 type Result = { statusCode: number; headers?: Record<string, string>; multiValueHeaders?: Record<string, string[]>; cookies?: string[]; body?: string; isBase64Encoded?: boolean };
 
@@ -162,6 +163,28 @@ for (const engine of engines) {
         assert.equal(JSON.parse(result.body!).type, 'urn:idem:problem:idempotency-key-invalid');
         assert.equal(H, 0);
       });
+    });
+
+    describe('the README example (examples/lambda/handler.ts)', () => {
+      for (const [style, make] of [['wrapped handler', chargeHandler], ['Middy', middyChargeHandler]] as const) {
+        it(`${style}: the REST and HTTP API fixtures each create one charge and replay it; a bad amount is not stored`, async () => {
+          const { store, table: t } = await table();
+          const handler = make(store) as (event: unknown, context: unknown) => Promise<Result>;
+          for (const format of ['rest v1', 'http v2'] as const) {
+            const first = await handler(fixture(format), lambdaContext());
+            assert.equal(first.statusCode, 201, first.body);
+            assert.equal(JSON.parse(first.body!).amount, 1000);
+            const replay = await handler(fixture(format), lambdaContext());
+            assert.equal(replay.headers!['idempotent-replayed'], 'true');
+            assert.equal(replay.body, first.body);
+            assert.equal(replay.headers!.location, first.headers!.location);
+          }
+          const bad = fixture<ApiGatewayProxyEventV2>('function url');
+          bad.body = '{"amount":"lots"}';
+          assert.equal((await handler(bad, lambdaContext())).statusCode, 400);
+          assert.equal((await keyRows(db.client(), t)).length, 2, 'two charges, the 400 not stored');
+        });
+      }
     });
 
     describe('the lease from the remaining invocation time', () => {
