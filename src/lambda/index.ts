@@ -8,8 +8,11 @@
  * invocation at its timeout, so the key stays exclusive exactly as long as the invocation can
  * still be running, and a retry takes over only an invocation that is gone (protocol.md K7).
  * A lease shorter than the remaining time would let a retry take over a live invocation and
- * run the work twice; AWS Powertools' idempotency has the same field for this (its in-progress
- * expiry), set only when the Lambda context reaches it.
+ * run the work twice; a lease with no end keeps a crashed invocation's key blocked. Powertools
+ * for AWS Lambda (TypeScript, 2.35) keeps the same field (its in-progress expiry): it is set
+ * only when the Lambda context was registered, and its handler compares it with
+ * `new Date().getUTCMilliseconds()` (the millisecond field, 0-999) instead of the current time.
+ * Here the lease is always set from the context and compared on the database's clock.
  *
  * @example
  * ```ts
