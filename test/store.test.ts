@@ -448,6 +448,19 @@ for (const engine of engines) for (const mode of ['plain', 'partitioned'] as con
         assert.deepEqual((await list(0)).map((a) => a.record.key), ['grace']);
       });
 
+      it('drops the request snapshot when a row past retention is replaced (docs/model MUT_REPLACE_KEEPS_REQUEST)', async () => {
+        const old = claimedToken(await ctx.store.claim(claimInput('k', { leaseMs: 0 })));
+        await ctx.store.saveRequest({ scope: 'tenant-1', key: 'k', token: old }, snapshot);
+        await age('k');
+        // Another request claims the key past retention, then crashes before saving its own
+        // snapshot: the completer must not find the old request on the new claim.
+        claimedToken(await ctx.store.claim(claimInput('k', { fingerprint: fp(9), leaseMs: 0 })));
+        assert.equal((await rawRow('k'))?.request, null, 'the replaced row keeps no request snapshot');
+        const found = await list();
+        assert.equal(found.length, 1);
+        assert.equal(found[0]!.request, undefined, 'the completer would discard it, not run the old request');
+      });
+
       it('fences saveRequest: a stale token stores nothing', async () => {
         const { stale } = await claimAndTakeOver('k');
         assert.deepEqual(await ctx.store.saveRequest(stale, snapshot), { outcome: 'fenced' });
