@@ -30,8 +30,16 @@ CRASH="-DCRASHES=1 -DTHROWS=0 -DREJECTS=0 -DSTALLS=0"
 STALL="-DCRASHES=0 -DTHROWS=0 -DREJECTS=0 -DSTALLS=1"
 THROW="-DCRASHES=0 -DTHROWS=1 -DREJECTS=1 -DSTALLS=0"
 
-failures=0
-total_states=0
+# Runs go two at a time (MODEL_JOBS); each writes its line to $work/<name>.line.
+jobs_max="${MODEL_JOBS:-2}"
+order=()
+
+# spawn NAME MODE EXPECT DEFINES...: `run` in the background, at most $jobs_max at once.
+spawn() {
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  order+=("$1")
+  run "$@" &
+}
 
 # run NAME MODE EXPECT DEFINES...
 #   MODE safety (assertions, invalid end states) or live (acceptance cycles, weak fairness)
@@ -45,16 +53,17 @@ run() {
   (
     cd "$dir"
     spin -a "$@" idem.pml >spin.log 2>&1 || { cat spin.log >&2; exit 3; }
-    # COLLAPSE: compresses each stored state (about 4x less memory for some more time); the
-    # search stays exhaustive (no bitstate hashing).
+    # COLLAPSE: compresses each stored state (less memory for some more time); the search
+    # stays exhaustive (no bitstate hashing). -O0: gcc -O2 takes about 30 s per verifier on a
+    # loaded machine, -O0 about 5 s, and the searches are short.
     if [ "$mode" = safety ]; then
-      gcc -O2 -w -DSAFETY -DNOCLAIM -DCOLLAPSE -DMEMLIM=2048 -o pan pan.c
+      gcc -O0 -w -DSAFETY -DNOCLAIM -DCOLLAPSE -DMEMLIM=2048 -o pan pan.c
       ./pan -m400000 >pan.out 2>&1 || true
     else
-      gcc -O2 -w -DNFAIR=3 -DCOLLAPSE -DMEMLIM=2048 -o pan pan.c
+      gcc -O0 -w -DNFAIR=3 -DCOLLAPSE -DMEMLIM=2048 -o pan pan.c
       ./pan -a -f -m400000 >pan.out 2>&1 || true
     fi
-  ) || { echo "model: $name: spin or gcc failed" >&2; failures=$((failures + 1)); return; }
+  ) || { echo "$name: spin or gcc failed" >"$work/$name.line"; return; }
   out="$dir/pan.out"
   errors="$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$out" | head -n 1)"
   states="$(awk '/states, stored/ {print $1; exit}' "$out")"
@@ -70,10 +79,10 @@ run() {
   else
     verdict="UNEXPECTED"
   fi
-  printf '%-34s %-6s errors=%-3s states=%-9s transitions=%-9s memory=%-8sMB %4ss  %s\n' \
-    "$name" "$mode" "${errors:-?}" "${states:-?}" "${transitions:-?}" "${memory:-?}" "$elapsed" "$verdict"
-  case "$verdict" in ok*) ;; *) failures=$((failures + 1)); sed -n '1,40p' "$out" >&2 ;; esac
-  [ -n "$states" ] && [[ "$states" =~ ^[0-9]+$ ]] && total_states=$((total_states + states))
+  printf '%-26s %-6s errors=%-3s states=%-9s transitions=%-9s memory=%-8sMB %4ss  %s\n' \
+    "$name" "$mode" "${errors:-?}" "${states:-?}" "${transitions:-?}" "${memory:-?}" "$elapsed" "$verdict" >"$work/$name.line"
+  case "$verdict" in ok*) ;; *) sed -n '1,40p' "$out" >>"$work/$name.line" ;; esac
+  echo "${states:-0}" >"$work/$name.states"
   if [ "$expect" = fail ] && [ -f "$dir/idem.pml.trail" ]; then
     local first
     first="$(grep -m 1 'violated\|acceptance cycle' "$out" | sed 's/ (at depth [0-9]*)//' || true)"
@@ -87,34 +96,43 @@ run() {
     elif [ -f "$trails/$name.txt" ]; then
       local kept
       kept="$(sed -n 2p "$trails/$name.txt")"
-      [ "$kept" = "$first" ] || echo "  note: $name now violates '$first', the kept trail '$kept' (rerun with --write-trails)"
+      [ "$kept" = "$first" ] || echo "  note: $name now violates '$first', the kept trail '$kept' (rerun with --write-trails)" >>"$work/$name.line"
     fi
   fi
 }
 
-echo "spin $(spin -V | sed -n 's/Spin Version \([^ ]*\).*/\1/p'), model docs/model/idem.pml"
-echo "real model (0 errors expected):"
-run real-none        safety pass $NONE
-run real-crash       safety pass $CRASH
-run real-stall       safety pass $STALL
-run real-throw       safety pass $THROW
-run real-callfirst-crash safety pass $CRASH -DCALL_FIRST
-run live-none        live   pass $NONE
-run live-throw       live   pass -DCRASHES=0 -DTHROWS=1 -DREJECTS=0 -DSTALLS=0
-run live-reject      live   pass -DCRASHES=0 -DTHROWS=0 -DREJECTS=1 -DSTALLS=0
+echo "spin $(spin -V | sed -n 's/Spin Version \([^ ]*\).*/\1/p'), model docs/model/idem.pml, $jobs_max runs at a time"
+started_all=$SECONDS
+spawn real-none            safety pass $NONE
+spawn real-crash           safety pass $CRASH
+spawn real-stall           safety pass $STALL
+spawn real-throw           safety pass $THROW
+spawn real-callfirst-crash safety pass $CRASH -DCALL_FIRST
+spawn live-none            live   pass $NONE
+spawn live-throw           live   pass -DCRASHES=0 -DTHROWS=1 -DREJECTS=0 -DSTALLS=0
+spawn live-reject          live   pass -DCRASHES=0 -DTHROWS=0 -DREJECTS=1 -DSTALLS=0
+spawn MUT_NO_FENCE              safety fail $STALL -DMUT_NO_FENCE
+spawn MUT_FINISH_NO_FENCE       safety fail $STALL -DMUT_FINISH_NO_FENCE
+spawn MUT_NO_CAS                safety fail $STALL -DMUT_NO_CAS
+spawn MUT_NO_SWEEP_LEASE        safety fail $NONE  -DMUT_NO_SWEEP_LEASE
+spawn MUT_ORDER                 safety fail $NONE  -DMUT_ORDER
+spawn MUT_REPLAY_FIRST          safety fail $NONE  -DMUT_REPLAY_FIRST
+spawn MUT_ROW_TOKEN             safety fail $STALL -DMUT_ROW_TOKEN
+spawn MUT_REPLACE_KEEPS_REQUEST safety fail $STALL -DMUT_REPLACE_KEEPS_REQUEST
+spawn MUT_COMPLETER_DISCARD_ANY safety fail $CRASH -DCALL_FIRST -DMUT_COMPLETER_DISCARD_ANY
+wait
 
-echo "mutants (a counterexample expected):"
-run MUT_NO_FENCE              safety fail $STALL -DMUT_NO_FENCE
-run MUT_FINISH_NO_FENCE       safety fail $STALL -DMUT_FINISH_NO_FENCE
-run MUT_NO_CAS                safety fail $STALL -DMUT_NO_CAS
-run MUT_NO_SWEEP_LEASE        safety fail $NONE  -DMUT_NO_SWEEP_LEASE
-run MUT_ORDER                 safety fail $NONE  -DMUT_ORDER
-run MUT_REPLAY_FIRST          safety fail $NONE  -DMUT_REPLAY_FIRST
-run MUT_ROW_TOKEN             safety fail $STALL -DMUT_ROW_TOKEN
-run MUT_REPLACE_KEEPS_REQUEST safety fail $STALL -DMUT_REPLACE_KEEPS_REQUEST
-run MUT_COMPLETER_DISCARD_ANY safety fail $CRASH -DCALL_FIRST -DMUT_COMPLETER_DISCARD_ANY
-
-echo "total states stored (all runs): $total_states"
+failures=0
+total_states=0
+echo "real model (0 errors expected), then mutants (a counterexample expected):"
+for name in "${order[@]}"; do
+  if [ -f "$work/$name.line" ]; then cat "$work/$name.line"; else echo "$name: no result"; fi
+  if [ ! -f "$work/$name.line" ] || ! head -n 1 "$work/$name.line" | grep -q ' ok\( (counterexample)\)\?$'; then
+    failures=$((failures + 1))
+  fi
+  total_states=$((total_states + $(cat "$work/$name.states" 2>/dev/null || echo 0)))
+done
+echo "total states stored (all runs): $total_states, wall time $((SECONDS - started_all)) s"
 if [ "$failures" -ne 0 ]; then
   echo "model: $failures run(s) with an unexpected outcome" >&2
   exit 1
