@@ -108,6 +108,7 @@ spawn real-crash           safety pass $CRASH
 spawn real-stall           safety pass $STALL
 spawn real-throw           safety pass $THROW
 spawn real-callfirst-crash safety pass $CRASH -DCALL_FIRST
+spawn real-callfirst-stall safety pass $STALL -DCALL_FIRST
 spawn live-none            live   pass $NONE
 spawn live-throw           live   pass -DCRASHES=0 -DTHROWS=1 -DREJECTS=0 -DSTALLS=0
 spawn live-reject          live   pass -DCRASHES=0 -DTHROWS=0 -DREJECTS=1 -DSTALLS=0
@@ -120,6 +121,7 @@ spawn MUT_REPLAY_FIRST          safety fail $NONE  -DMUT_REPLAY_FIRST
 spawn MUT_ROW_TOKEN             safety fail $STALL -DMUT_ROW_TOKEN
 spawn MUT_REPLACE_KEEPS_REQUEST safety fail $STALL -DMUT_REPLACE_KEEPS_REQUEST
 spawn MUT_COMPLETER_DISCARD_ANY safety fail $CRASH -DCALL_FIRST -DMUT_COMPLETER_DISCARD_ANY
+spawn MUT_COMPLETER_STALE_DISCARD safety fail $STALL -DCALL_FIRST -DMUT_COMPLETER_STALE_DISCARD
 wait
 
 failures=0

@@ -413,6 +413,24 @@ end_idle:
      :: c_tok == 0 -> goto next
      :: else -> skip
      fi;
+#ifndef MUT_COMPLETER_STALE_DISCARD
+     /* No request stored and nothing committed: Completer.drive ->
+      * PostgresStore.discardAbandoned -> sql `discardAbandoned`, one compare-and-set on the row
+      * as it is now: the token listed, started at 'start', request NULL, no valid lease.
+      * MUT_COMPLETER_STALE_DISCARD: the earlier takeover, then a discard decided on the listing. */
+     if
+     :: c_req == 0 ->
+        atomic {
+          if
+          :: row.present && row.tok == c_tok && row.state == STARTED && row.rp == 0 && row.req == 0 && row.lease == 0 ->
+             assert(row.lease == 0); DELETE_ROW
+          :: else -> skip                          /* 'lost': the key changed */
+          fi
+        };
+        goto next
+     :: else -> skip
+     fi;
+#endif
      /* Completer.drive -> IdempotencyEngine.takeOver -> sql `takeOver` */
      take_over(COMPLETER, c_tok);
      if

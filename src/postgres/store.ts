@@ -583,6 +583,11 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return rows.length > 0 ? { outcome: 'ok', value: undefined } : { outcome: 'fenced' };
   }
 
+  async discardAbandoned(ref: KeyRef): Promise<Fenced> {
+    const { rows } = await this.db.query(this.sql.discardAbandoned, [ref.scope, ref.key, ref.token]);
+    return rows.length > 0 ? { outcome: 'ok', value: undefined } : { outcome: 'fenced' };
+  }
+
   async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
     const { rows } = await this.db.query(this.sql.listAbandoned, [Math.max(0, Math.floor(options.graceMs)), options.retentionMs, options.limit]);
     return rows.map((row) => {
