@@ -80,7 +80,8 @@ bit  answered[3];         /* the client has its final answer */
 
 /* ---------- the store's statements ---------- */
 
-/* The fence of every write after the claim: `key = $2 AND lock_version = $3 AND state = 'started'`. */
+/* The fence of every write after the claim (protocol.md K8): `key = $2 AND lock_version = $3 AND
+ * state = 'started'`. */
 #define FENCE(t)   (row.present && row.tok == t && row.state == STARTED)
 
 /* recordPhase's WHERE; MUT_NO_FENCE drops `lock_version = $3` from it. */
@@ -138,7 +139,7 @@ inline commit_step(me, s) {
 }
 
 /* Execution.call's external call: the PSP charged with derivedKey('psp') = (scope, key,
- * claim_id, 'psp') (src/core/derived-key.ts deriveKey); the PSP dedupes by that key. A
+ * claim_id, 'psp') (src/core/derived-key.ts deriveKey, protocol.md K10); the PSP dedupes by that key. A
  * thrown error instead (PSP down): HttpIdempotency.fail -> Execution.release -> sql `release`
  * (protocol.md K9: release on a thrown error, locked_until = NULL, recovery point kept). */
 inline psp_call(me, fpx) {

@@ -479,7 +479,8 @@ export function statements(table: string): Statements {
      * listing and discarding after a takeover instead races with a worker whose lease ran out
      * right after its claim: it can still save its request and call a downstream system with
      * its derived key before the takeover; a discard would then give the retry a new claim id,
-     * so a new derived key, and a second downstream effect (found by the model, docs/model).
+     * so a new derived key, and a second downstream effect (found by the model, docs/model;
+     * protocol.md K11).
      * $1 scope, $2 key, $3 token listed.
      */
     discardAbandoned: `DELETE FROM ${t}
