@@ -119,6 +119,31 @@ for (const engineDef of engines) {
       assert.equal(execute(await http.prepare(request('k1'))).context.resumed, false, 'a retry claims afresh');
     });
 
+    it('keeps a key whose stalled worker saved its request after the listing: the retry keeps its claim and derived key (docs/model finding)', async () => {
+      const plain = new HttpIdempotency<Queryable>({ engine: http.engine });
+      const first = execute(await plain.prepare(request('k1')));
+      const scope = first.context.scope;
+      const ref = { scope, key: 'k1', token: first.context.execution.token };
+      const derived = first.context.derivedKey('paid');
+      await sleep(LEASE_MS + 50); // the worker stalls past its lease right after its claim
+      const store = ctx.store;
+      const list = store.listAbandoned.bind(store);
+      store.listAbandoned = async (options) => {
+        const found = await list(options);
+        // Between the listing and the completer's decision the worker wakes up: it saves its
+        // request and calls the PSP with its derived key (a handler whose first step is a call).
+        const saved = await store.saveRequest(ref, { method: 'POST', url: '/v1/charges?x=1', contentType: 'application/json', body: new TextEncoder().encode('{"amount":5}') });
+        assert.equal(saved.kind, 'ok');
+        calls.push({ phase: 'paid', arg: derived });
+        return found;
+      };
+      assert.deepEqual(await completer().runOnce(), { found: 1, completed: 0, discarded: 0, failed: 0, lost: 1, skipped: 0 }, 'listed without a request, but not discarded');
+      store.listAbandoned = list;
+      assert.ok(await store.get(scope, 'k1', 60_000), 'the key stays');
+      assert.equal((await completer().runOnce()).completed, 1, 'the next pass runs the stored request');
+      assert.deepEqual(calls.filter((c) => c.phase === 'paid').map((c) => c.arg), [derived, derived], 'the same derived key both times: the PSP dedupes');
+    });
+
     it('skips a key with committed work but no stored request (left to a client retry)', async () => {
       const plain = new HttpIdempotency<Queryable>({ engine: http.engine });
       const first = execute(await plain.prepare(request('k1')));

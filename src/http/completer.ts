@@ -150,6 +150,16 @@ export class Completer<Tx = unknown> {
   private async drive({ record, request }: AbandonedKey): Promise<Exclude<keyof CompleterReport, 'found'>> {
     const nothingCommitted = record.recoveryPoint === RECOVERY_POINT_START && Object.keys(record.phaseResults).length === 0;
     if (!request && !nothingCommitted) return 'skipped';
+    const store = this.http.engine.store;
+    if (!request && store.discardAbandoned) {
+      // Decided on the row as it is now, not as listed (see PostgresStore.discardAbandoned).
+      try {
+        const discarded = await store.discardAbandoned({ scope: record.scope, key: record.key, token: record.token });
+        return discarded.kind === 'ok' ? 'discarded' : 'lost';
+      } catch {
+        return 'failed';
+      }
+    }
     let execution;
     try {
       execution = await this.http.engine.takeOver(record);

@@ -252,6 +252,15 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     return { kind: 'ok', value: undefined };
   }
 
+  async discardAbandoned(ref: KeyRef): Promise<Fenced> {
+    const entry = this.current(ref);
+    const now = this.clock();
+    if (!entry || entry.state !== KeyState.Started || entry.recoveryPoint !== RECOVERY_POINT_START || entry.request) return { kind: 'fenced' };
+    if (entry.lockedUntil !== null && entry.lockedUntil > now) return { kind: 'fenced' };
+    this.entries.delete(idOf(ref.scope, ref.key));
+    return { kind: 'ok', value: undefined };
+  }
+
   async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
     const now = this.clock();
     const graceMs = Math.max(0, Math.floor(options.graceMs));

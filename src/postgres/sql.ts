@@ -60,6 +60,7 @@ export interface Statements {
   /** sql/completer.ts */
   saveRequest: string;
   listAbandoned: string;
+  discardAbandoned: string;
 }
 
 /**

@@ -133,6 +133,11 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return rows.length > 0 ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
 
+  async discardAbandoned(ref: KeyRef): Promise<Fenced> {
+    const { rows } = await this.ctx.db.query(this.ctx.sql.discardAbandoned, [ref.scope, ref.key, ref.token]);
+    return rows.length > 0 ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
+
   async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
     const params = [Math.max(0, Math.floor(options.graceMs)), options.retentionMs, options.limit];
     const { rows } = await this.ctx.db.query(this.ctx.sql.listAbandoned, params);

@@ -175,4 +175,13 @@ export interface IdempotencyStore<Tx = unknown> {
    * two completers never drive the same key.
    */
   listAbandoned?(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]>;
+
+  /**
+   * Optional (completer). Deletes a listed key on which nothing ran, only if it is still as
+   * listed: the same token, `started` at the recovery point `start`, no request stored, lease
+   * not valid. One compare-and-set, so a worker that saved its request (and may have called
+   * downstream with its derived key) after the listing keeps its key.
+   * @returns `ok` when deleted, `fenced` when the key changed.
+   */
+  discardAbandoned?(ref: KeyRef): Promise<Fenced>;
 }

@@ -81,14 +81,16 @@ export function claimStatements({ t, nextToken }: TableNames) {
      * fenced on the token read, so two claimers cannot both replace it. The token keeps
      * increasing, so a worker still holding the old row's token cannot write into the new one.
      * A row whose lease is still valid is not replaced (its worker is alive; the engine keeps
-     * retention longer than any lease can last).
+     * retention longer than any lease can last). The old request snapshot goes too: kept, a
+     * completer would run the old request under the new claim and store its response for the
+     * new request (found by the model, docs/model, mutant MUT_REPLACE_KEEPS_REQUEST).
      * $1 scope, $2 key, $3 fingerprint, $4 lease ms, $5 retention ms, $6 token read.
      */
     replaceExpired: `UPDATE ${t} SET fingerprint = $3, state = 'started', recovery_point = 'start',
         phase_results = '{}'::jsonb, locked_until = now() + $4::int8 * interval '1 millisecond',
         lock_version = ${nextToken}, claim_id = gen_random_uuid(), response_status = NULL, response_headers = NULL,
         response_body = NULL, response_body_ref = NULL, response_key_id = NULL, created_at = now(), finished_at = NULL,
-        failed_attempts = 0
+        failed_attempts = 0, request = NULL
       WHERE scope = $1 AND key = $2 AND lock_version = $6
         AND created_at <= now() - $5::int8 * interval '1 millisecond'
         AND (locked_until IS NULL OR locked_until <= now())

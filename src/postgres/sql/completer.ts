@@ -25,5 +25,20 @@ export function completerStatements({ t }: TableNames) {
         AND (locked_until IS NULL OR locked_until <= now() - $1::int8 * interval '1 millisecond')
         AND created_at > now() - $2::int8 * interval '1 millisecond'
       ORDER BY locked_until NULLS FIRST LIMIT $3`,
+
+    /**
+     * Completer: deletes a listed key on which nothing ran, in one compare-and-set: still the
+     * token listed, started, at 'start', no request stored and no valid lease. Deciding on the
+     * listing and discarding after a takeover instead races with a worker whose lease ran out
+     * right after its claim: it can still save its request and call a downstream system with
+     * its derived key before the takeover; a discard would then give the retry a new claim id,
+     * so a new derived key, and a second downstream effect (found by the model, docs/model;
+     * protocol.md K11).
+     * $1 scope, $2 key, $3 token listed.
+     */
+    discardAbandoned: `DELETE FROM ${t}
+      WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started' AND recovery_point = 'start'
+        AND request IS NULL AND (locked_until IS NULL OR locked_until <= now())
+      RETURNING 1 AS ok`,
   };
 }

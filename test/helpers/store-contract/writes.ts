@@ -44,6 +44,31 @@ export function writeSuite(c: ContractContext): void {
       assert.deepEqual((await list(0)).map((a) => a.record.key), ['grace']);
     });
 
+    it('drops the request snapshot when a row past retention is replaced (docs/model MUT_REPLACE_KEEPS_REQUEST)', async () => {
+      const old = claimedToken(await store().claim(claimInput('k', { leaseMs: 0 })));
+      await saveRequest(ref('k', old));
+      await age('k');
+      // Another request claims the key past retention, then crashes before saving its own
+      // snapshot: the completer must not find the old request on the new claim.
+      claimedToken(await store().claim(claimInput('k', { fingerprint: fp(9), leaseMs: 0 })));
+      const found = await list();
+      assert.equal(found.length, 1);
+      assert.equal(found[0]!.request, undefined, 'the completer would discard it, not run the old request');
+    });
+
+    it('discards a listed key only while it is still as listed (discardAbandoned is a compare-and-set)', async (t) => {
+      if (!store().discardAbandoned) return t.skip('this store has no discardAbandoned');
+      const token = claimedToken(await store().claim(claimInput('k', { leaseMs: 0 })));
+      const [listed] = await list();
+      // The worker's lease ran out, but it still saves its request before the completer acts.
+      await saveRequest(ref('k', token));
+      assert.deepEqual(await store().discardAbandoned!(ref('k', listed!.record.token)), { kind: 'fenced' }, 'a saved request keeps the key');
+      assert.equal((await list()).length, 1, 'the key is still there');
+      const other = claimedToken(await store().claim(claimInput('empty', { leaseMs: 0 })));
+      assert.deepEqual(await store().discardAbandoned!(ref('empty', other)), { kind: 'ok', value: undefined });
+      assert.deepEqual((await list()).map((a) => a.record.key), ['k'], 'the untouched key was deleted');
+    });
+
     it('fences saveRequest: a stale token stores nothing', async () => {
       const { ref: current, stale } = await claimAndTakeOver('k');
       const before = await snapshot('k');
