@@ -38,9 +38,24 @@ export const virtualTime: TestTime = {
     }
     await new Promise((resolve) => setImmediate(resolve));
   },
-  start: () => mock.timers.enable({ apis: ['setTimeout', 'setInterval', 'Date'], now: Date.now() }),
-  stop: () => mock.timers.reset(),
+  start: () => {
+    mock.timers.enable({ apis: ['setTimeout', 'setInterval', 'Date'], now: Date.now() });
+    followDate();
+  },
+  stop: () => {
+    mock.timers.reset();
+    mock.restoreAll();
+  },
 };
+
+/**
+ * The engine measures its own intervals (the heartbeat's budget) on `performance.now()`, which
+ * node:test's mock timers leave alone: under virtual time it follows the mocked `Date`.
+ */
+function followDate(): void {
+  const offset = performance.now() - Date.now();
+  mock.method(performance, 'now', () => Date.now() + offset);
+}
 
 /**
  * Mocked `Date` only, for suites over real sockets (HTTP servers keep their real timers):
