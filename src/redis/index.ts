@@ -12,3 +12,4 @@ export {
   type DurabilityOptions,
 } from './store.js';
 export type { RedisClientLike, NodeRedisClientLike, NodeRedisClusterLike, IoRedisLike } from './client.js';
+export { PostgresPhases, type PostgresPhasesOptions, type PhaseLedger, type LedgerState } from './pg-phases.js';

@@ -17,13 +17,14 @@ import type {
   IdempotencyStore,
   KeyRecord,
   KeyRef,
-  PhaseResults,
   RequestSnapshot,
   StoredResponse,
   TakeOverResult,
 } from '../store/types.js';
 import { toRunner, type RedisClientLike, type RedisRunner } from './client.js';
+import { hex, phases, recordOf, refId, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
+import type { PhaseLedger } from './pg-phases.js';
 
 /**
  * The "transaction" a phase's effects receive on Redis: a marker, not a handle. Redis has no
@@ -50,8 +51,12 @@ export interface DurabilityOptions {
   timeoutMs?: number;
 }
 
-/** Options of {@link RedisStore}. */
-export interface RedisStoreOptions {
+/**
+ * Options of {@link RedisStore}.
+ * @typeParam Tx what a phase's effects receive: {@link NoTransaction} without `phases`, the
+ *   ledger's transaction handle with it.
+ */
+export interface RedisStoreOptions<Tx = NoTransaction> {
   /** A connected node-redis client or cluster, or an ioredis `Redis` or `Cluster`. */
   client: RedisClientLike;
   /** Prefix of every key the store writes, without `{` or `}`. @default 'idem' */
@@ -64,6 +69,13 @@ export interface RedisStoreOptions {
    * may then lose acknowledged claims (docs/reliability.md).
    */
   durability?: DurabilityOptions;
+  /**
+   * Commits phases (effects and recorded result in one transaction) in the application's
+   * PostgreSQL instead of after the effects in Redis: `new PostgresPhases({ client: pool })`.
+   * Claims, leases and replays stay in Redis. Without it, phases are not atomic
+   * ({@link NoTransaction}).
+   */
+  phases?: PhaseLedger<Tx>;
 }
 
 /** Fewer replicas than `durability.replicas` acknowledged a write within `durability.timeoutMs`. */
@@ -95,16 +107,19 @@ const INDEX_PAGE = 500;
  * run) or holding a finished key (dropped when next listed). The index stays small: only keys
  * in flight, never the retained history.
  */
-export class RedisStore implements IdempotencyStore<NoTransaction> {
+export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly redis: RedisRunner;
   private readonly prefix: string;
   private readonly index: string;
   private readonly durability: Required<DurabilityOptions> | undefined;
+  private readonly ledger: PhaseLedger<Tx> | undefined;
+  /** With a ledger: the claim id of each (scope, key, token) this store handed out, for its commits. */
+  private readonly claimIds = new Map<string, string>();
 
   /**
    * @throws {InvalidOptionError} no usable client, a prefix with `{` or `}`, or a bad `durability`
    */
-  constructor(options: RedisStoreOptions) {
+  constructor(options: RedisStoreOptions<Tx>) {
     if (!options?.client) throw new InvalidOptionError('idem/redis: option client is required');
     try {
       this.redis = toRunner(options.client);
@@ -113,6 +128,7 @@ export class RedisStore implements IdempotencyStore<NoTransaction> {
     }
     this.prefix = validatePrefix(options.prefix ?? 'idem');
     this.index = indexKey(this.prefix);
+    this.ledger = options.phases;
     if (options.durability) {
       const { replicas, timeoutMs = 1000 } = options.durability;
       if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidOptionError('idem/redis: durability.replicas must be an integer >= 1');
@@ -148,6 +164,7 @@ export class RedisStore implements IdempotencyStore<NoTransaction> {
           throw error;
         }
       }
+      if (this.ledger) this.claimIds.set(refId(input.scope, input.key, token), String(reply[2]));
       return { outcome: 'claimed', token, claimId: String(reply[2]) };
     }
     return { outcome: 'exists', record: toRecord(input.scope, input.key, Number(reply[1]), reply[2] as unknown[]) };
@@ -160,7 +177,21 @@ export class RedisStore implements IdempotencyStore<NoTransaction> {
     ])) as [string, unknown[]] | null;
     if (!reply) return { outcome: 'lost' };
     const f = toFields(reply[1]);
-    return { outcome: 'taken', token: Number(reply[0]), claimId: f.cid ?? '', recoveryPoint: f.rp ?? 'start', phaseResults: phases(f) };
+    const token = Number(reply[0]);
+    const claimId = f.cid ?? '';
+    if (!this.ledger) return { outcome: 'taken', token, claimId, recoveryPoint: f.rp ?? 'start', phaseResults: phases(f) };
+    // The ledger is the truth about phases: fence it at the new token, then read them.
+    const taken: KeyRef = { scope: ref.scope, key: ref.key, token };
+    const state = await this.ledger.fence(taken, claimId);
+    if (state === 'fenced') return { outcome: 'lost' };
+    if (state.response) {
+      // The finish committed in the ledger but never reached Redis: finish it now; the
+      // engine's next claim attempt replays it.
+      await this.finishInRedis(taken, state.response);
+      return { outcome: 'lost' };
+    }
+    this.claimIds.set(refId(ref.scope, ref.key, token), claimId);
+    return { outcome: 'taken', token, claimId, recoveryPoint: state.recoveryPoint, phaseResults: state.phaseResults };
   }
 
   /**
@@ -168,8 +199,9 @@ export class RedisStore implements IdempotencyStore<NoTransaction> {
    * script. Not atomic: when the token is stale the effects have already happened and are not
    * undone (the result is `fenced`); when `effects` throws nothing is recorded.
    */
-  async commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: NoTransaction) => Promise<T>): Promise<Fenced<T>> {
-    const value = effects ? await effects(NO_TRANSACTION) : (undefined as T);
+  async commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>> {
+    if (this.ledger) return this.commitInLedger(this.ledger, ref, record, effects);
+    const value = effects ? await effects(NO_TRANSACTION as Tx) : (undefined as T);
     const rec = record(value);
     const keys = this.keys(ref.scope, ref.key);
     const token = String(ref.token);
@@ -177,19 +209,51 @@ export class RedisStore implements IdempotencyStore<NoTransaction> {
       const ok = await this.redis.script('recordPhase', keys.slice(0, 2), [token, rec.phase, JSON.stringify(rec.result ?? null), String(Math.max(0, Math.floor(rec.leaseMs)))]);
       return ok ? { outcome: 'ok', value } : { outcome: 'fenced' };
     }
+    return (await this.finishInRedis(ref, rec.response)) ? { outcome: 'ok', value } : { outcome: 'fenced' };
+  }
+
+  /** The fenced finish script, the index update on Cluster, and WAIT when `durability` is set. */
+  private async finishInRedis(ref: KeyRef, response: StoredResponse): Promise<boolean> {
+    const keys = this.keys(ref.scope, ref.key);
     const member = indexMember(ref.scope, ref.key);
-    const finishKeys = this.redis.cluster ? [keys[0]!] : [keys[0]!, keys[1]!, keys[2]!];
-    const ok = await this.redis.script('finish', finishKeys, [
-      token,
-      String(rec.response.status),
-      JSON.stringify(rec.response.headers),
-      Buffer.from(rec.response.body.buffer, rec.response.body.byteOffset, rec.response.body.byteLength).toString('base64'),
+    const ok = await this.redis.script('finish', this.redis.cluster ? [keys[0]!] : keys, [
+      String(ref.token),
+      String(response.status),
+      JSON.stringify(response.headers),
+      Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength).toString('base64'),
       member,
     ]);
-    if (!ok) return { outcome: 'fenced' };
+    if (!ok) return false;
     if (this.redis.cluster) await this.redis.command(this.index, ['ZREM', this.index, member]);
     if (this.durability) await this.wait(keys[0]!, 'finish');
-    return { outcome: 'ok', value };
+    return true;
+  }
+
+  /**
+   * A commit with {@link RedisStoreOptions.phases}: effects and record in one ledger
+   * transaction (fenced there), then mirrored to Redis: a phase renews the Redis lease and
+   * shows its recovery point to `get`; a finish stores the response for replays.
+   */
+  private async commitInLedger<T>(ledger: PhaseLedger<Tx>, ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>> {
+    const id = refId(ref.scope, ref.key, ref.token);
+    let claimId = this.claimIds.get(id);
+    if (claimId === undefined) claimId = (await this.read(ref.scope, ref.key, false))?.record.claimId ?? '';
+    let rec: CommitRecord | undefined;
+    const outcome = await ledger.commit<T>(ref, claimId, (value) => (rec = record(value)), effects);
+    if (outcome.outcome === 'fenced' || !rec) {
+      this.claimIds.delete(id);
+      return outcome;
+    }
+    if (rec.kind === 'phase') {
+      const keys = this.keys(ref.scope, ref.key).slice(0, 2);
+      await this.redis.script('recordPhase', keys, [String(ref.token), rec.phase, JSON.stringify(rec.result ?? null), String(Math.max(0, Math.floor(rec.leaseMs)))]);
+      return outcome;
+    }
+    // Committed in the ledger: the response is the key's, even if a takeover in Redis fenced
+    // this worker there meanwhile (that worker finds it in the ledger and finishes Redis).
+    this.claimIds.delete(id);
+    await this.finishInRedis(ref, rec.response);
+    return outcome;
   }
 
   async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
@@ -201,6 +265,7 @@ export class RedisStore implements IdempotencyStore<NoTransaction> {
     const keys = this.keys(ref.scope, ref.key);
     const member = indexMember(ref.scope, ref.key);
     const scriptKeys = this.redis.cluster ? [keys[0]!] : [keys[0]!, keys[1]!, keys[2]!];
+    this.claimIds.delete(refId(ref.scope, ref.key, ref.token));
     const reply = await this.redis.script('release', scriptKeys, [String(ref.token), options?.discard ? '1' : '0', member]);
     if (reply !== 'released' && reply !== 'deleted') return { outcome: 'fenced' };
     if (reply === 'deleted' && this.redis.cluster) await this.redis.command(this.index, ['ZREM', this.index, member]);
@@ -281,67 +346,4 @@ export class RedisStore implements IdempotencyStore<NoTransaction> {
     const acked = Number(await this.redis.command(key, ['WAIT', String(replicas), String(timeoutMs)]));
     if (acked < replicas) throw new NotReplicatedError(what, acked, replicas);
   }
-}
-
-function hex(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
-}
-
-/** A flat `[field, value, ...]` reply (RESP2 array) as an object. */
-function toFields(reply: unknown): Record<string, string> {
-  const out: Record<string, string> = {};
-  const list = reply as unknown[];
-  for (let i = 0; i + 1 < list.length; i += 2) out[String(list[i])] = String(list[i + 1]);
-  return out;
-}
-
-function phases(f: Record<string, string>): PhaseResults {
-  const out: PhaseResults = {};
-  for (const name of Object.keys(f)) if (name.startsWith('p:')) out[name.slice(2)] = JSON.parse(f[name]!);
-  return out;
-}
-
-function toRecord(scope: string, key: string, nowMs: number, reply: unknown[]): KeyRecord {
-  return recordOf(scope, key, nowMs, toFields(reply));
-}
-
-/** A hash's fields as a {@link KeyRecord}; the response only when its body was read. */
-function recordOf(scope: string, key: string, nowMs: number, f: Record<string, string>): KeyRecord {
-  const state = f.st === KeyState.Done ? KeyState.Done : KeyState.Started;
-  const leaseEndMs = Number(f.lu ?? 0);
-  const record: KeyRecord = {
-    scope,
-    key,
-    state,
-    fingerprint: new Uint8Array(Buffer.from(f.fp ?? '', 'hex')),
-    recoveryPoint: f.rp ?? 'start',
-    phaseResults: phases(f),
-    token: Number(f.tok),
-    claimId: f.cid ?? '',
-    leaseExpired: leaseEndMs <= nowMs,
-    leaseRemainingMs: Math.max(0, leaseEndMs - nowMs),
-    createdAt: new Date(Number(f.ca)),
-  };
-  if (state === KeyState.Done && f.rb !== undefined) {
-    const response: StoredResponse = {
-      status: Number(f.rs),
-      headers: JSON.parse(f.rh ?? '[]') as Array<[string, string]>,
-      body: new Uint8Array(Buffer.from(f.rb, 'base64')),
-    };
-    record.response = response;
-  }
-  return record;
-}
-
-/** The stored request snapshot (JSON, body in base64), or undefined when none was stored. */
-function toSnapshot(value: string | undefined): RequestSnapshot | undefined {
-  if (!value) return undefined;
-  const v = JSON.parse(value) as { method?: unknown; url?: unknown; contentType?: unknown; body?: unknown };
-  if (typeof v.method !== 'string' || typeof v.url !== 'string') return undefined;
-  return {
-    method: v.method,
-    url: v.url,
-    contentType: typeof v.contentType === 'string' ? v.contentType : null,
-    body: typeof v.body === 'string' ? new Uint8Array(Buffer.from(v.body, 'base64')) : null,
-  };
 }
