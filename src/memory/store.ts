@@ -1,0 +1,340 @@
+/**
+ * An in-memory {@link IdempotencyStore}: one `Map` of key records in this process. It keeps
+ * the whole store contract (claim, takeover with a higher token, every write fenced, release
+ * and discard, retention counts as absent, sweep, completer) so it can stand in for a real
+ * store in unit tests and in a fast test tier, with a clock the test moves.
+ *
+ * It deduplicates within ONE process only: two processes (or two app hosts) each with their
+ * own MemoryStore never see each other's keys, so a retry that lands on another process runs
+ * the work again. Use a shared store (`idem/postgres`) in production.
+ */
+import { randomUUID } from 'node:crypto';
+import { KeyState, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START, DEFAULT_RETENTION_MS } from '../core/constants.js';
+import { InvalidOptionError } from '../core/errors.js';
+import type {
+  AbandonedKey,
+  ClaimInput,
+  ClaimResult,
+  CommitRecord,
+  Fenced,
+  IdempotencyStore,
+  KeyRecord,
+  KeyRef,
+  PhaseResults,
+  RequestSnapshot,
+  StoredResponse,
+  TakeOverResult,
+} from '../store/types.js';
+
+/**
+ * The transaction handle a {@link MemoryStore} passes to a commit's effects. The memory store
+ * buffers nothing: effects run at once, against whatever they touch. What it cannot do by
+ * itself is undo them, so an effect that must vanish when its commit does not happen
+ * registers its undo here.
+ *
+ * Why an undo hook rather than "no rollback": the contract every store passes says a fenced
+ * commit (a stale token: another worker took the key over) or a commit whose effects or
+ * record throw leaves no trace of its effects. A real store gets that from its database
+ * transaction; an in-process store can only get it from the effect itself. With the hook the
+ * memory store keeps the same contract (the test suite checks it, the same as on PostgreSQL)
+ * for effects written to roll back, e.g. a push onto an array that registers the matching
+ * splice. Effects that register nothing (a call to another system, a log line) stay done.
+ */
+export interface MemoryTx {
+  /**
+   * Registers `undo`, run if this commit does not take effect: the token was stale (the
+   * result is `fenced`), or the effects or the record threw. Undos run last registered
+   * first; an undo that throws does not stop the others (its error is dropped).
+   */
+  onRollback(undo: () => void | Promise<void>): void;
+}
+
+/** Options of {@link MemoryStore}. */
+export interface MemoryStoreOptions {
+  /**
+   * The clock, in epoch milliseconds, used for every lease and retention comparison and for
+   * `createdAt`. Tests pass their own to move time without waiting.
+   * @default `performance.timeOrigin + performance.now()`: the process's monotonic clock,
+   *   anchored at its start, so a wall-clock step never ends a live lease early.
+   */
+  clock?: () => number;
+}
+
+/** A sweep of a {@link MemoryStore}. */
+export interface MemorySweepOptions {
+  /** Keys created at or before `clock() - retentionMs` whose lease is not valid are deleted. @default 24 h */
+  retentionMs?: number;
+  /** Accepted for parity with `PostgresStore.sweep` (a memory sweep is one pass). Integer >= 1. @default 1000 */
+  batchSize?: number;
+}
+
+/** One key as the memory store holds it; `lockedUntil` is epoch ms, `null` when released or finished. */
+interface Entry {
+  scope: string;
+  key: string;
+  fingerprint: Uint8Array;
+  state: KeyState;
+  recoveryPoint: string;
+  phaseResults: PhaseResults;
+  token: number;
+  claimId: string;
+  lockedUntil: number | null;
+  createdAt: number;
+  finishedAt: number | null;
+  response?: StoredResponse;
+  request?: RequestSnapshot;
+}
+
+const defaultClock = (): number => performance.timeOrigin + performance.now();
+const copyBytes = (bytes: Uint8Array): Uint8Array => new Uint8Array(bytes);
+const copyResponse = (r: StoredResponse): StoredResponse => ({
+  status: r.status,
+  headers: r.headers.map(([name, value]) => [name, value] as [string, string]),
+  body: copyBytes(r.body),
+});
+const copyRequest = (r: RequestSnapshot): RequestSnapshot => ({ ...r, body: r.body ? copyBytes(r.body) : null });
+/** Phase results are JSON, as a database store keeps them: a result is stored as its JSON form. */
+const asJson = (value: unknown): unknown => JSON.parse(JSON.stringify(value ?? null)) as unknown;
+
+/**
+ * The in-memory store. Deduplicates within one process only: for unit tests and a fast test
+ * tier, never for a service with more than one process.
+ *
+ * Tokens come from one counter for the whole store, so a key's tokens only grow, across
+ * takeovers, discards and the replacement of a key past retention alike.
+ *
+ * @example
+ * ```ts
+ * import { IdempotencyEngine } from 'idem';
+ * import { MemoryStore } from 'idem/memory';
+ * let now = Date.now();
+ * const store = new MemoryStore({ clock: () => now });
+ * const engine = new IdempotencyEngine({ store });
+ * now += 61_000; // every 60 s lease is over
+ * ```
+ */
+export class MemoryStore implements IdempotencyStore<MemoryTx> {
+  private readonly entries = new Map<string, Entry>();
+  private readonly clock: () => number;
+  private lastToken = 0;
+
+  /** @throws {InvalidOptionError} when `clock` is not a function */
+  constructor(options: MemoryStoreOptions = {}) {
+    if (options.clock !== undefined && typeof options.clock !== 'function') {
+      throw new InvalidOptionError('MemoryStore: clock must be a function returning epoch milliseconds');
+    }
+    this.clock = options.clock ?? defaultClock;
+  }
+
+  async claim(input: ClaimInput): Promise<ClaimResult> {
+    const now = this.clock();
+    const id = idOf(input.scope, input.key);
+    const existing = this.entries.get(id);
+    // Past retention the key counts as absent (protocol.md K6), unless its lease is still
+    // valid: its worker is alive, so it is reported as it is (in progress) instead.
+    if (existing && !(this.retentionOver(existing, input.retentionMs, now) && this.leaseOver(existing, now))) {
+      return { outcome: 'exists', record: this.toRecord(existing, now, input.fingerprint) };
+    }
+    const entry: Entry = {
+      scope: input.scope,
+      key: input.key,
+      fingerprint: copyBytes(input.fingerprint),
+      state: KeyState.Started,
+      recoveryPoint: RECOVERY_POINT_START,
+      phaseResults: {},
+      token: this.nextToken(),
+      claimId: randomUUID(),
+      lockedUntil: now + input.leaseMs,
+      createdAt: now,
+      finishedAt: null,
+    };
+    this.entries.set(id, entry);
+    return { outcome: 'claimed', token: entry.token, claimId: entry.claimId };
+  }
+
+  async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
+    const now = this.clock();
+    const entry = this.entries.get(idOf(ref.scope, ref.key));
+    if (!entry || entry.token !== ref.token || entry.state !== KeyState.Started || !this.leaseOver(entry, now)) {
+      return { outcome: 'lost' };
+    }
+    entry.token = this.nextToken();
+    entry.lockedUntil = now + leaseMs;
+    return {
+      outcome: 'taken',
+      token: entry.token,
+      claimId: entry.claimId,
+      recoveryPoint: entry.recoveryPoint,
+      phaseResults: asJson(entry.phaseResults) as PhaseResults,
+    };
+  }
+
+  /**
+   * Runs `effects` at once (nothing is buffered), then applies `record(value)` only if the
+   * token is still current and the key still started. Otherwise the result is `fenced` and
+   * the undos the effects registered with {@link MemoryTx.onRollback} run; they run too when
+   * the effects or the record throw, and the error propagates.
+   */
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: MemoryTx) => Promise<T>): Promise<Fenced<T>>;
+  commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced<undefined>>;
+  async commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: MemoryTx) => Promise<T>): Promise<Fenced<T>> {
+    const undos: Array<() => void | Promise<void>> = [];
+    const rollback = async () => {
+      for (const undo of undos.reverse()) await Promise.resolve().then(undo).catch(() => undefined);
+    };
+    let value: T;
+    let rec: CommitRecord;
+    try {
+      value = effects ? await effects({ onRollback: (undo) => void undos.push(undo) }) : (undefined as T);
+      rec = record(value);
+    } catch (error) {
+      await rollback();
+      throw error;
+    }
+    // From here to the write nothing awaits: the check and the write are one step.
+    const now = this.clock();
+    const entry = this.current(ref);
+    if (!entry) {
+      await rollback();
+      return { outcome: 'fenced' };
+    }
+    if (rec.kind === 'phase') {
+      entry.recoveryPoint = rec.phase;
+      entry.phaseResults = { ...entry.phaseResults, [rec.phase]: asJson(rec.result) };
+      entry.lockedUntil = now + rec.leaseMs;
+    } else {
+      entry.state = KeyState.Done;
+      entry.recoveryPoint = RECOVERY_POINT_FINISHED;
+      entry.response = copyResponse(rec.response);
+      entry.lockedUntil = null;
+      entry.finishedAt = now;
+    }
+    return { outcome: 'ok', value };
+  }
+
+  async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
+    const entry = this.current(ref);
+    if (!entry) return { outcome: 'fenced' };
+    entry.lockedUntil = this.clock() + leaseMs;
+    return { outcome: 'ok', value: undefined };
+  }
+
+  async release(ref: KeyRef, options?: { discard?: boolean }): Promise<Fenced<'released' | 'deleted'>> {
+    const entry = this.current(ref);
+    if (!entry) return { outcome: 'fenced' };
+    // A key with a committed phase is never deleted (its effects exist): it is released.
+    if (options?.discard && entry.recoveryPoint === RECOVERY_POINT_START) {
+      this.entries.delete(idOf(ref.scope, ref.key));
+      return { outcome: 'ok', value: 'deleted' };
+    }
+    entry.lockedUntil = null;
+    return { outcome: 'ok', value: 'released' };
+  }
+
+  async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
+    const now = this.clock();
+    const entry = this.entries.get(idOf(scope, key));
+    if (!entry || this.retentionOver(entry, retentionMs, now)) return undefined;
+    return this.toRecord(entry, now);
+  }
+
+  async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
+    const entry = this.current(ref);
+    if (!entry) return { outcome: 'fenced' };
+    entry.request = copyRequest(request);
+    return { outcome: 'ok', value: undefined };
+  }
+
+  async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
+    const now = this.clock();
+    const graceMs = Math.max(0, Math.floor(options.graceMs));
+    const found = [...this.entries.values()].filter(
+      (e) =>
+        e.state === KeyState.Started &&
+        (e.lockedUntil === null || e.lockedUntil <= now - graceMs) &&
+        !this.retentionOver(e, options.retentionMs, now),
+    );
+    // Oldest lease first, released (null) leases before all others.
+    found.sort((a, b) => (a.lockedUntil ?? -Infinity) - (b.lockedUntil ?? -Infinity));
+    return found.slice(0, Math.max(0, options.limit)).map((e) => {
+      const abandoned: AbandonedKey = { record: this.toRecord(e, now) };
+      if (e.request) abandoned.request = copyRequest(e.request);
+      return abandoned;
+    });
+  }
+
+  /**
+   * Deletes keys past retention (protocol.md K6) whose lease is not valid: a key whose worker
+   * still holds a valid lease stays, so a retry cannot run its work a second time.
+   *
+   * @returns the number of keys deleted
+   * @throws {InvalidOptionError} for a batch size below 1
+   */
+  async sweep(options: MemorySweepOptions = {}): Promise<number> {
+    const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
+    const batchSize = options.batchSize ?? 1000;
+    if (!(Number.isInteger(batchSize) && batchSize >= 1)) throw new InvalidOptionError('sweep: batchSize must be an integer >= 1');
+    const now = this.clock();
+    let deleted = 0;
+    for (const [id, entry] of this.entries) {
+      if (this.retentionOver(entry, retentionMs, now) && this.leaseOver(entry, now)) {
+        this.entries.delete(id);
+        deleted++;
+      }
+    }
+    return deleted;
+  }
+
+  /** The number of keys held, past retention or not. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** The entry `ref` names if its token is current and the key is still started; else `undefined` (fenced). */
+  private current(ref: KeyRef): Entry | undefined {
+    const entry = this.entries.get(idOf(ref.scope, ref.key));
+    return entry && entry.token === ref.token && entry.state === KeyState.Started ? entry : undefined;
+  }
+
+  private nextToken(): number {
+    return ++this.lastToken;
+  }
+
+  private leaseOver(entry: Entry, now: number): boolean {
+    return entry.lockedUntil === null || entry.lockedUntil <= now;
+  }
+
+  /** Created at or before `now - retentionMs`, as the database stores judge it. */
+  private retentionOver(entry: Entry, retentionMs: number, now: number): boolean {
+    return entry.createdAt <= now - retentionMs;
+  }
+
+  /** A copy of `entry` as a record; a mismatching `requestFingerprint` leaves the response out. */
+  private toRecord(entry: Entry, now: number, requestFingerprint?: Uint8Array): KeyRecord {
+    const leaseExpired = this.leaseOver(entry, now);
+    const record: KeyRecord = {
+      scope: entry.scope,
+      key: entry.key,
+      state: entry.state,
+      fingerprint: copyBytes(entry.fingerprint),
+      recoveryPoint: entry.recoveryPoint,
+      phaseResults: asJson(entry.phaseResults) as PhaseResults,
+      token: entry.token,
+      claimId: entry.claimId,
+      leaseExpired,
+      leaseRemainingMs: leaseExpired ? 0 : entry.lockedUntil! - now,
+      createdAt: new Date(entry.createdAt),
+    };
+    const mismatch = requestFingerprint !== undefined && !sameBytes(requestFingerprint, entry.fingerprint);
+    if (entry.response && !mismatch) record.response = copyResponse(entry.response);
+    return record;
+  }
+}
+
+function idOf(scope: string, key: string): string {
+  return JSON.stringify([scope, key]);
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((byte, i) => byte === b[i]);
+}
