@@ -3,12 +3,14 @@
  * Redis; each phase's local effects and its recorded result commit in ONE transaction of the
  * application's PostgreSQL, fenced by the same token (protocol.md K4, Q4).
  *
- * Fencing at the resource: the ledger row of a claim holds the highest token that has touched
- * it. A phase commit succeeds only if its token is not below that one (`WHERE token <=`); a
- * takeover first raises the row's token to its own (`fence`) and reads the phases from the
- * same row. The row lock orders the two: a stale worker's commit that lands first is seen by
- * the takeover's read (the phase is not run again), one that lands after is refused and
- * rolled back with its effects.
+ * Fencing at the resource: one ledger row per (scope, key) holds the token of the worker that
+ * owns the key now. Every new owner writes its token there first (`fence`: after a claim and
+ * after a takeover, only ever raising it); a phase commit succeeds only with that exact token
+ * (`WHERE token = $t`), as in `PostgresStore`. The row lock orders a takeover's fence and a
+ * stale worker's commit: a commit that lands first is seen by the takeover's read (the phase
+ * is not run again), one that lands after is refused and rolled back with its effects. A new
+ * claim of the key (after a discard or past retention) has a new claim id: its fence resets
+ * the row's phases.
  *
  * The finish commits its last effects and the response here too, then writes the response
  * to Redis for replays. A crash between the two leaves Redis `started`: the next takeover
@@ -32,10 +34,14 @@ export interface LedgerState {
  * @typeParam Tx the transaction handle passed to a phase's effects
  */
 export interface PhaseLedger<Tx> {
-  /** A takeover at `ref.token`: raise the fence to it and read the claim's phases; `fenced` when a newer token got there first. */
+  /**
+   * A new owner at `ref.token` (a claim or a takeover of claim `claimId`): raise the fence to
+   * it and read the claim's phases (none for a new claim id); `fenced` when a newer token got
+   * there first.
+   */
   fence(ref: KeyRef, claimId: string): Promise<LedgerState | 'fenced'>;
   /** Runs `effects` and records `record(value)` in one transaction, fenced by `ref.token`; rolled back when fenced or when `effects` throws. */
-  commit<T>(ref: KeyRef, claimId: string, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
 }
 
 /** Options of {@link PostgresPhases}. */
@@ -59,14 +65,14 @@ export class PostgresPhases implements PhaseLedger<Queryable> {
     this.t = quoteTable(options.table ?? 'idempotency_phases');
   }
 
-  /** Creates the ledger table if absent. One row per claim: (scope, key, claim id). */
+  /** Creates the ledger table if absent. One row per (scope, key), for its current claim. */
   async migrate(): Promise<void> {
     await this.db.query(`CREATE TABLE IF NOT EXISTS ${this.t} (
       scope text NOT NULL, key text NOT NULL, claim_id uuid NOT NULL,
       token bigint NOT NULL, recovery_point text NOT NULL DEFAULT 'start',
       phase_results jsonb NOT NULL DEFAULT '{}'::jsonb, response jsonb,
       created_at timestamptz NOT NULL DEFAULT now(),
-      PRIMARY KEY (scope, key, claim_id))`);
+      PRIMARY KEY (scope, key))`);
   }
 
   /** Deletes ledger rows older than `retentionMs` (by the database clock); returns how many. */
@@ -79,15 +85,21 @@ export class PostgresPhases implements PhaseLedger<Queryable> {
   }
 
   async fence(ref: KeyRef, claimId: string): Promise<LedgerState | 'fenced'> {
-    // Raise the fence (never lower it) and read the phases, in one statement under the row lock.
+    // Raise the fence (never lower it) and read the phases, in one statement under the row
+    // lock; another claim id is a new claim of the key: its phases start empty.
     const { rows } = await this.db.query(
       `INSERT INTO ${this.t} AS l (scope, key, claim_id, token) VALUES ($1, $2, $3, $4)
-       ON CONFLICT (scope, key, claim_id) DO UPDATE SET token = GREATEST(l.token, EXCLUDED.token)
-       RETURNING token::text AS token, recovery_point, phase_results, response`,
+       ON CONFLICT (scope, key) DO UPDATE SET token = EXCLUDED.token, claim_id = EXCLUDED.claim_id,
+         recovery_point = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.recovery_point ELSE 'start' END,
+         phase_results = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.phase_results ELSE '{}'::jsonb END,
+         response = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.response END,
+         created_at = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.created_at ELSE now() END
+       WHERE l.token < EXCLUDED.token
+       RETURNING recovery_point, phase_results, response`,
       [ref.scope, ref.key, claimId, String(ref.token)],
     );
-    const row = rows[0]!;
-    if (row.token !== String(ref.token)) return 'fenced';
+    const row = rows[0];
+    if (!row) return 'fenced';
     const state: LedgerState = { recoveryPoint: String(row.recovery_point), phaseResults: (row.phase_results ?? {}) as PhaseResults };
     if (row.response) {
       const r = row.response as { status: number; headers: Array<[string, string]>; body: string };
@@ -96,7 +108,7 @@ export class PostgresPhases implements PhaseLedger<Queryable> {
     return state;
   }
 
-  async commit<T>(ref: KeyRef, claimId: string, record: (value: T) => CommitRecord, effects?: (tx: Queryable) => Promise<T>): Promise<Fenced<T>> {
+  async commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Queryable) => Promise<T>): Promise<Fenced<T>> {
     try {
       const value = await this.db.transaction(async (tx) => {
         const value = effects ? await effects(tx) : (undefined as T);
@@ -111,13 +123,12 @@ export class PostgresPhases implements PhaseLedger<Queryable> {
         // the throw rolls the effects back with it.
         const { rows } = await this.db.queryOn(
           tx,
-          `INSERT INTO ${this.t} AS l (scope, key, claim_id, token, recovery_point, phase_results, response)
-           VALUES ($1, $2, $3, $4, $5, CASE WHEN $7::jsonb IS NULL THEN jsonb_build_object($5::text, $6::jsonb) ELSE '{}'::jsonb END, $7::jsonb)
-           ON CONFLICT (scope, key, claim_id) DO UPDATE SET token = EXCLUDED.token, recovery_point = EXCLUDED.recovery_point,
-             phase_results = l.phase_results || EXCLUDED.phase_results, response = EXCLUDED.response
-           WHERE l.token <= EXCLUDED.token AND l.response IS NULL
+          `UPDATE ${this.t} SET recovery_point = $4,
+             phase_results = CASE WHEN $6::jsonb IS NULL THEN phase_results || jsonb_build_object($4::text, $5::jsonb) ELSE phase_results END,
+             response = $6::jsonb
+           WHERE scope = $1 AND key = $2 AND token = $3 AND response IS NULL
            RETURNING 1 AS ok`,
-          [ref.scope, ref.key, claimId, String(ref.token), phase, result, response],
+          [ref.scope, ref.key, String(ref.token), phase, result, response],
         );
         if (rows.length === 0) throw FENCED;
         return value;

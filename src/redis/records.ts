@@ -5,11 +5,6 @@
 import { KeyState } from '../core/constants.js';
 import type { KeyRecord, PhaseResults, RequestSnapshot, StoredResponse } from '../store/types.js';
 
-/** Names one claim held by this process: (scope, key, token). */
-export function refId(scope: string, key: string, token: number): string {
-  return `${token}\n${scope}\n${key}`;
-}
-
 /** Bytes as lower-case hex. */
 export function hex(bytes: Uint8Array): string {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');

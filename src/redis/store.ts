@@ -22,7 +22,7 @@ import type {
   TakeOverResult,
 } from '../store/types.js';
 import { toRunner, type RedisClientLike, type RedisRunner } from './client.js';
-import { hex, phases, recordOf, refId, toFields, toRecord, toSnapshot } from './records.js';
+import { hex, phases, recordOf, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { PhaseLedger } from './pg-phases.js';
 
@@ -113,8 +113,6 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly index: string;
   private readonly durability: Required<DurabilityOptions> | undefined;
   private readonly ledger: PhaseLedger<Tx> | undefined;
-  /** With a ledger: the claim id of each (scope, key, token) this store handed out, for its commits. */
-  private readonly claimIds = new Map<string, string>();
 
   /**
    * @throws {InvalidOptionError} no usable client, a prefix with `{` or `}`, or a bad `durability`
@@ -164,8 +162,18 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
           throw error;
         }
       }
-      if (this.ledger) this.claimIds.set(refId(input.scope, input.key, token), String(reply[2]));
-      return { outcome: 'claimed', token, claimId: String(reply[2]) };
+      const claimId = String(reply[2]);
+      if (this.ledger) {
+        // The new owner fences the ledger first, so no worker of an earlier claim of this key
+        // (discarded, or past retention) can still commit a phase there.
+        const ref = { scope: input.scope, key: input.key, token };
+        const fenced = await this.ledger.fence(ref, claimId).catch(async (error: unknown) => {
+          await this.release(ref, { discard: true }).catch(() => undefined);
+          throw error;
+        });
+        if (fenced === 'fenced') throw new Error('idem/redis: the phase ledger holds a newer token than a fresh claim (clock or counter reset?)');
+      }
+      return { outcome: 'claimed', token, claimId };
     }
     return { outcome: 'exists', record: toRecord(input.scope, input.key, Number(reply[1]), reply[2] as unknown[]) };
   }
@@ -190,7 +198,6 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       await this.finishInRedis(taken, state.response);
       return { outcome: 'lost' };
     }
-    this.claimIds.set(refId(ref.scope, ref.key, token), claimId);
     return { outcome: 'taken', token, claimId, recoveryPoint: state.recoveryPoint, phaseResults: state.phaseResults };
   }
 
@@ -235,15 +242,9 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
    * shows its recovery point to `get`; a finish stores the response for replays.
    */
   private async commitInLedger<T>(ledger: PhaseLedger<Tx>, ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>> {
-    const id = refId(ref.scope, ref.key, ref.token);
-    let claimId = this.claimIds.get(id);
-    if (claimId === undefined) claimId = (await this.read(ref.scope, ref.key, false))?.record.claimId ?? '';
     let rec: CommitRecord | undefined;
-    const outcome = await ledger.commit<T>(ref, claimId, (value) => (rec = record(value)), effects);
-    if (outcome.outcome === 'fenced' || !rec) {
-      this.claimIds.delete(id);
-      return outcome;
-    }
+    const outcome = await ledger.commit<T>(ref, (value) => (rec = record(value)), effects);
+    if (outcome.outcome === 'fenced' || !rec) return outcome;
     if (rec.kind === 'phase') {
       const keys = this.keys(ref.scope, ref.key).slice(0, 2);
       await this.redis.script('recordPhase', keys, [String(ref.token), rec.phase, JSON.stringify(rec.result ?? null), String(Math.max(0, Math.floor(rec.leaseMs)))]);
@@ -251,7 +252,6 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     }
     // Committed in the ledger: the response is the key's, even if a takeover in Redis fenced
     // this worker there meanwhile (that worker finds it in the ledger and finishes Redis).
-    this.claimIds.delete(id);
     await this.finishInRedis(ref, rec.response);
     return outcome;
   }
@@ -265,7 +265,6 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     const keys = this.keys(ref.scope, ref.key);
     const member = indexMember(ref.scope, ref.key);
     const scriptKeys = this.redis.cluster ? [keys[0]!] : [keys[0]!, keys[1]!, keys[2]!];
-    this.claimIds.delete(refId(ref.scope, ref.key, ref.token));
     const reply = await this.redis.script('release', scriptKeys, [String(ref.token), options?.discard ? '1' : '0', member]);
     if (reply !== 'released' && reply !== 'deleted') return { outcome: 'fenced' };
     if (reply === 'deleted' && this.redis.cluster) await this.redis.command(this.index, ['ZREM', this.index, member]);

@@ -16,6 +16,7 @@ import type { Queryable, SqlClient } from '../../src/postgres/client.js';
 import { MemoryStore, type MemoryTx } from '../../src/memory/index.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
+import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -29,6 +30,13 @@ export interface StoreCapabilities {
   partitioned: boolean;
   /** The store is a PostgreSQL database: PostgreSQL-only tests (blobs, encryption, SQL) may run on it. */
   sql: boolean;
+  /**
+   * `false`: a commit records its result AFTER the effects, never in one transaction with them
+   * (RedisStore without PostgresPhases: `NoTransaction`), so a fenced or failed commit does
+   * not undo effects that already ran; the contract checks that nothing is recorded instead.
+   * @default true
+   */
+  atomicEffects?: false;
 }
 
 /**
@@ -236,6 +244,9 @@ export const storeFactories: StoreFactory[] = [
         postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true),
       ]
     : []),
+  redisFactory,
+  redisClusterFactory,
+  redisPostgresPhasesFactory,
 ];
 
 /**
