@@ -15,6 +15,7 @@ import type { IdemEvent } from '../../src/engine/execution.js';
 import { Completer, HttpIdempotency, type IdempotencyContext, type IdempotencyOptions, problemResponse } from '../../src/http/index.js';
 import { idempotency, type IdempotencyVariables } from '../../src/hono/index.js';
 import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
+import type { IdempotencyStore } from '../../src/store/types.js';
 import { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
 import { parseChargeRequest } from './validate.js';
@@ -45,6 +46,12 @@ export interface PaymentsAppOptions {
   completer?: boolean;
   /** How long after its lease ended a key counts as abandoned, in ms (see `CompleterOptions.graceMs`). @default 0 */
   completerGraceMs?: number;
+  /**
+   * Where idem keeps its keys; phases must still hand out a transaction on `db` (a
+   * `PostgresStore` on `db`, or `RedisStore` with `PostgresPhases` on `db`: see redis.ts).
+   * @default new PostgresStore({ client: db })
+   */
+  store?: IdempotencyStore<Queryable>;
   /** idem's protocol events (claimed, taken-over, lease-lost, …), for logs and counters. */
   onEvent?: (event: IdemEvent) => void;
 }
@@ -63,7 +70,7 @@ const FORMAT = { stripe: true } as const;
 /** Builds the app. Run `migrate` (store + example tables) before serving. */
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
-  const store = new PostgresStore({ client: db });
+  const store = options.store ?? new PostgresStore({ client: db });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {

@@ -1,0 +1,37 @@
+/**
+ * With REDIS_URL set, the example keeps claims, leases and replays in Redis (idem/redis) and
+ * its business data where it always does (PostgreSQL or PGlite). The phases stay atomic:
+ * `PostgresPhases` commits each phase's effects and recorded result in one transaction of the
+ * example's database, fenced by the Redis token, so the handler code is unchanged.
+ */
+import { createClient } from '@redis/client';
+import type { Queryable, SqlClient } from '../../src/postgres/index.js';
+import { PostgresPhases, RedisStore } from '../../src/redis/index.js';
+
+/** The Redis-backed store and how to close its connection. */
+export interface RedisClaims {
+  store: RedisStore<Queryable>;
+  /** The Redis URL without password, for the banner. */
+  location: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Connects to REDIS_URL and builds the store, or returns `undefined` when REDIS_URL is unset.
+ * @throws when Redis is unreachable
+ */
+export async function openRedisClaims(db: SqlClient, env: NodeJS.ProcessEnv = process.env): Promise<RedisClaims | undefined> {
+  if (!env.REDIS_URL) return undefined;
+  const client = createClient({ url: env.REDIS_URL });
+  client.on('error', () => undefined); // reconnects; a failing command reports its own error (503)
+  await client.connect();
+  const phases = new PostgresPhases({ client: db });
+  await phases.migrate();
+  const url = new URL(env.REDIS_URL);
+  url.password = '';
+  return {
+    store: new RedisStore<Queryable>({ client, phases, prefix: env.IDEM_REDIS_PREFIX ?? 'idem' }),
+    location: url.toString(),
+    close: async () => void client.destroy(),
+  };
+}
