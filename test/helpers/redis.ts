@@ -162,3 +162,41 @@ export function clusterClients(cluster: TestCluster): Array<{ name: string; open
     },
   ];
 }
+
+/** A Redis primary and one replica on loopback, started by {@link startReplicaPair}. */
+export interface ReplicaPair {
+  primaryPort: number;
+  replicaPort: number;
+  primary: ChildProcess;
+  replica: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a primary and a replica (`--replicaof`) on random loopback ports, with `extraArgs`
+ * on both (e.g. `--appendonly yes`), and waits until the replica's link is up.
+ */
+export async function startReplicaPair(extraArgs: string[] = []): Promise<ReplicaPair> {
+  const dir = await mkdtemp(join(tmpdir(), 'idem-replica-'));
+  const primaryPort = await freePort();
+  let replicaPort = await freePort();
+  while (replicaPort === primaryPort) replicaPort = await freePort();
+  const server = (port: number, args: string[]) =>
+    spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--dbfilename', `dump-${port}.rdb`,
+      '--appendfilename', `aof-${port}.aof`, '--appenddirname', `aof-${port}`, '--save', '', ...extraArgs, ...args], { stdio: 'ignore' });
+  const primary = server(primaryPort, []);
+  const replica = server(replicaPort, ['--replicaof', '127.0.0.1', String(primaryPort)]);
+  const procs = [primary, replica];
+  const stop = async () => {
+    for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+    await Promise.all(procs.map((p) => (p.exitCode === null && p.signalCode === null ? new Promise((r) => p.once('exit', r)) : undefined)));
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    await waitFor(async () => (await cli(replicaPort, 'INFO', 'replication')).includes('master_link_status:up'), 'replica link up');
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { primaryPort, replicaPort, primary, replica, stop };
+}
