@@ -52,7 +52,7 @@ const cases = (c: number) => {
     'new: raw': () =>
       closedLoop(async () => {
         const key = `${prefix}:raw:${randomUUID()}`;
-        const ok = await client.sendCommand(['SET', key, '1', 'NX', 'PX', '86400000']);
+        const ok = String(await client.sendCommand(['SET', key, '1', 'NX', 'PX', '86400000']));
         if (ok !== 'OK') throw new Error('lost the claim');
         await client.sendCommand(['HSET', `${key}:r`, 'st', 'done', 'rs', '201', 'rh', '[["content-type","application/json"]]', 'rb', bodyB64]);
       }, c, ms),
