@@ -4,12 +4,13 @@
  */
 import { createClient } from '@redis/client';
 import type pg from 'pg';
-import { RedisStore } from '../../src/redis/index.js';
 
 /** A key as the invariants read it. */
 export interface KeyRow {
   state: string;
   response_body: Uint8Array | null;
+  /** Redis only: lease end, server epoch ms (0: released, no lease). */
+  leaseEndMs?: number;
 }
 
 export interface KeysView {
@@ -44,7 +45,6 @@ export async function redisKeys(url: string, prefix: string): Promise<KeysView> 
   const client = createClient({ url });
   client.on('error', () => undefined);
   await client.connect();
-  const store = new RedisStore({ client, prefix });
   const scan = async () => {
     const out = new Map<string, KeyRow>();
     let cursor = '0';
@@ -52,18 +52,22 @@ export async function redisKeys(url: string, prefix: string): Promise<KeysView> 
       const [next, names] = (await client.sendCommand(['SCAN', cursor, 'MATCH', `${prefix}:{*}`, 'COUNT', '1000'])) as [string, string[]];
       cursor = String(next);
       for (const name of names) {
-        const [state, body] = (await client.sendCommand(['HMGET', name, 'st', 'rb'])) as [string | null, string | null];
+        const [state, body, lu] = (await client.sendCommand(['HMGET', name, 'st', 'rb', 'lu'])) as [string | null, string | null, string | null];
         // `<prefix>:{<scope with : escaped>:<key>}`: the key follows the first bare ':'.
         const inner = name.slice(prefix.length + 2, -1);
         const sep = inner.search(/(?<!\\):/);
-        out.set(inner.slice(sep + 1), { state: state ?? '', response_body: body === null ? null : new Uint8Array(Buffer.from(body, 'base64')) });
+        out.set(inner.slice(sep + 1), { state: state ?? '', response_body: body === null ? null : new Uint8Array(Buffer.from(body, 'base64')), leaseEndMs: Number(lu ?? 0) });
       }
     } while (cursor !== '0');
     return out;
   };
   return {
     async overdueStarted(overdueMs) {
-      return (await store.listAbandoned({ limit: 1_000_000, graceMs: overdueMs, retentionMs: 3_600_000 })).length;
+      // As the PostgreSQL query: a lease that ended more than overdueMs ago; a released key
+      // (no lease, like locked_until NULL) is not counted.
+      const [s, us] = (await client.sendCommand(['TIME'])) as [string, string];
+      const nowMs = Number(s) * 1000 + Math.floor(Number(us) / 1000);
+      return [...(await scan()).values()].filter((r) => r.state === 'started' && r.leaseEndMs! > 0 && r.leaseEndMs! < nowMs - overdueMs).length;
     },
     all: scan,
     async started() {
