@@ -10,10 +10,18 @@ export function hex(bytes: Uint8Array): string {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
 }
 
-/** A flat `[field, value, ...]` reply (RESP2 array) as an object. */
+/** A hash reply (a flat RESP2 `[field, value, ...]` array, or a RESP3 map) as an object. */
 export function toFields(reply: unknown): Record<string, string> {
   const out: Record<string, string> = {};
-  const list = reply as unknown[];
+  if (reply instanceof Map) {
+    for (const [k, v] of reply) out[String(k)] = String(v);
+    return out;
+  }
+  if (reply && typeof reply === 'object' && !Array.isArray(reply)) {
+    for (const [k, v] of Object.entries(reply)) out[k] = String(v);
+    return out;
+  }
+  const list = (reply ?? []) as unknown[];
   for (let i = 0; i + 1 < list.length; i += 2) out[String(list[i])] = String(list[i + 1]);
   return out;
 }

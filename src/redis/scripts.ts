@@ -32,8 +32,8 @@
  *
  * `next_token`: the fencing token only ever grows, also across the hash's expiry (retention)
  * and a discard: the counter key outlives the hash by a whole retention period, and a new
- * counter starts at the server time in µs (`now_ms * 1000`), above every token handed out
- * before it expired (tokens stay below 2^53 until the year 2255). A worker that froze before a
+ * counter starts at the server time in µs (`TIME`), above every token handed out before it
+ * expired (tokens stay below 2^53 until the year 2255). A worker that froze before a
  * retention reset therefore never holds a token equal to the new claim's.
  *
  * `set_expiry`: retention by `PEXPIREAT` at creation + retention (protocol.md K6), pushed out
@@ -45,10 +45,14 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local function num(n) return string.format('%.0f', n) end
-local function next_token(counter, now)
+local function next_token(counter)
   local last = tonumber(redis.call('GET', counter) or '0')
-  local token = math.max(last + 1, now * 1000)
+  local token = math.max(last + 1, now_us())
   redis.call('SET', counter, num(token))
   return num(token)
 end
@@ -102,7 +106,7 @@ if cur[1] then
     return {'exists', num(now), fields(h, cur[3] == ARGV[1] and cur[4] == 'done', false)}
   end
 end
-local token = next_token(counter, now)
+local token = next_token(counter)
 local lu = now + tonumber(ARGV[2])
 local rt = tonumber(ARGV[3])
 redis.call('DEL', h)
@@ -126,7 +130,7 @@ local h, counter = KEYS[1], KEYS[2]
 local now = now_ms()
 local cur = redis.call('HMGET', h, 'tok', 'st', 'lu', 'ca', 'rt')
 if cur[1] ~= ARGV[1] or cur[2] ~= 'started' or tonumber(cur[3]) > now then return false end
-local token = next_token(counter, now)
+local token = next_token(counter)
 local lu = now + tonumber(ARGV[2])
 redis.call('HSET', h, 'tok', token, 'lu', num(lu))
 set_expiry(h, counter, tonumber(cur[4]), tonumber(cur[5]), lu)
