@@ -4,9 +4,8 @@
  * `PostgresPhases` commits each phase's effects and recorded result in one transaction of the
  * example's database, fenced by the Redis token, so the handler code is unchanged.
  */
-import { createClient } from '@redis/client';
 import type { Queryable, SqlClient } from '../../src/postgres/index.js';
-import { PostgresPhases, RedisStore } from '../../src/redis/index.js';
+import type { RedisStore } from '../../src/redis/index.js';
 
 /** The Redis-backed store and how to close its connection. */
 export interface RedisClaims {
@@ -22,6 +21,9 @@ export interface RedisClaims {
  */
 export async function openRedisClaims(db: SqlClient, env: NodeJS.ProcessEnv = process.env): Promise<RedisClaims | undefined> {
   if (!env.REDIS_URL) return undefined;
+  // Loaded only when asked for: a server without REDIS_URL never loads the Redis driver.
+  const { createClient } = await import('@redis/client');
+  const { PostgresPhases, RedisStore } = await import('../../src/redis/index.js');
   const client = createClient({ url: env.REDIS_URL });
   client.on('error', () => undefined); // reconnects; a failing command reports its own error (503)
   await client.connect();
