@@ -1,18 +1,21 @@
 /**
  * The adapter contract suite (test/helpers/adapter-suite.ts) run against every adapter — the
- * web-standard core, Hono and Express — on every engine: PGlite always, PostgreSQL when
- * DATABASE_URL is set. One engine client is opened per engine and shared by the adapters.
+ * web-standard core, Hono and Express — over every store of test/helpers/stores.ts `suiteStores`. One store
+ * backend is connected per store and shared by the adapters; the memory store runs on a
+ * mocked `Date` (its clock), so its retention waits take no time.
  */
 import { after, describe } from 'node:test';
 import { harnesses } from './helpers/adapter-harness.js';
 import { adapterContract, unreachableStoreContract } from './helpers/adapter-suite.js';
-import { engines, useEngine } from './helpers/engines.js';
+import { suiteStores, useStoreBackend } from './helpers/stores.js';
+import { realTime, virtualDate } from './helpers/wait.js';
 
-for (const engine of engines) {
-  describe(`HTTP adapters over ${engine.name}`, () => {
-    const db = useEngine(engine);
+for (const factory of suiteStores) {
+  describe(`HTTP adapters over ${factory.name}`, () => {
+    const conn = useStoreBackend(factory);
+    const time = factory.capabilities.virtualTime ? virtualDate : realTime;
     for (const harness of harnesses) {
-      describe(harness.name, () => adapterContract(harness, db.client, db.cleanup));
+      describe(harness.name, () => adapterContract({ harness, backend: conn.backend, cleanup: conn.cleanup, time }));
     }
   });
 }

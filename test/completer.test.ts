@@ -7,6 +7,7 @@
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { engines, freshStore } from './helpers/engines.js';
+import { sleep } from './helpers/wait.js';
 import { HttpIdempotency, type Prepared } from '../src/http/idempotency.js';
 import { Completer } from '../src/http/completer.js';
 import type { IdempotencyContext } from '../src/http/context.js';
@@ -14,7 +15,6 @@ import type { Queryable } from '../src/postgres/client.js';
 import { InvalidOptionError, LeaseLostError } from '../src/core/errors.js';
 
 const LEASE_MS = 150;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 type Ctx = IdempotencyContext<Queryable>;
 
 const request = (key: string, body = '{"amount":5}') => ({

@@ -1,15 +1,18 @@
 /**
- * The engine and its executions on a real store (PGlite always, PostgreSQL when DATABASE_URL
- * is set): claim, decide, take over, atomic phases, calls, heartbeat, release, discard.
+ * The engine and its executions over every store of test/helpers/stores.ts `suiteStores` (the
+ * memory store on virtual time, PostgresStore on PGlite and, when DATABASE_URL is set, on
+ * PostgreSQL, plain and partitioned): claim, decide, take over, atomic phases, calls, heartbeat, release, discard.
+ * Tests that wait for a lease to run out wait on the suite's clock: real time on a database,
+ * node:test mock timers on the memory store (the fast tier, `npm run test:fast`).
  */
-import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
+import { after, afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { engines, freshStore } from './helpers/engines.js';
+import { suiteStores, useStoreBackend, type StoreHarness } from './helpers/stores.js';
+import { eventually as eventuallyOn, realTime, virtualTime } from './helpers/wait.js';
 import { IdempotencyEngine, type BeginResult, type EngineOptions } from '../src/engine/engine.js';
 import type { Execution, IdemEvent } from '../src/engine/execution.js';
 import { PostgresStore } from '../src/postgres/index.js';
-import type { Queryable, SqlClient } from '../src/postgres/client.js';
 import type { IdempotencyStore, StoredResponse } from '../src/store/types.js';
 import { deriveKey } from '../src/core/derived-key.js';
 import {
@@ -23,81 +26,64 @@ import {
   StoreUnavailableError,
 } from '../src/core/errors.js';
 
-type X = Execution<Queryable>;
+type X = Execution<unknown>;
 const SCOPE = 'tenant-1';
 const FP = new Uint8Array(32).fill(1);
 const OTHER_FP = new Uint8Array(32).fill(2);
 /** A short lease, for tests that wait for it to run out. */
 const SHORT_LEASE_MS = 200;
 
-const q = (client: SqlClient): Queryable => client as Queryable;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const response = (status: number, body: number[] = []): StoredResponse => ({
   status,
   headers: [['content-type', 'application/octet-stream']],
   body: new Uint8Array(body),
 });
 
-function executionOf(result: BeginResult<Queryable>): X {
+function executionOf(result: BeginResult<unknown>): X {
   assert.equal(result.kind, 'execute', `expected execute, got ${result.kind}`);
-  return (result as Extract<BeginResult<Queryable>, { kind: 'execute' }>).execution;
+  return (result as Extract<BeginResult<unknown>, { kind: 'execute' }>).execution;
 }
 
-/** Calls `probe` every 20 ms until `done` holds for its result, or fails after `timeoutMs`. */
-async function eventually<T>(probe: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 3000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (done(value)) return value;
-    if (Date.now() > deadline) assert.fail(`condition not reached within ${timeoutMs} ms; last value ${JSON.stringify(value)}`);
-    await sleep(20);
-  }
-}
-
-for (const engineDef of engines) {
-  describe(`IdempotencyEngine on ${engineDef.name}`, () => {
-    let db: Awaited<ReturnType<typeof engineDef.open>>;
-    let ctx: Awaited<ReturnType<typeof freshStore>>;
-    let side: string;
+for (const factory of suiteStores) {
+  describe(`IdempotencyEngine on ${factory.name}`, () => {
+    const conn = useStoreBackend(factory);
+    const time = factory.capabilities.virtualTime ? virtualTime : realTime;
+    const sleep = (ms: number) => time.sleep(ms);
+    /** Calls `probe` every 20 ms until `done` holds for its result, or fails after `timeoutMs` (on the suite's clock). */
+    const eventually = <T>(probe: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 3000) =>
+      eventuallyOn(probe, done, { timeoutMs, time });
+    let h: StoreHarness;
+    let closed = false;
     const open: X[] = [];
 
-    before(async () => {
-      db = await engineDef.open();
-    });
-    let closed = false;
-    after(async () => {
-      if (!closed) await db.close();
-    });
     beforeEach(async () => {
-      ctx = await freshStore(db.client);
-      side = `${ctx.table}_side`;
-      await q(db.client).query(`CREATE TABLE "${side}" (id serial PRIMARY KEY, note text NOT NULL)`);
+      h = await conn.backend().fresh();
+      time.start();
     });
     afterEach(async () => {
       // Stop any heartbeat still running before its table disappears.
       for (const x of open.splice(0)) await x.release().catch(() => {});
+      time.stop();
       if (closed) return;
-      await q(db.client).query(`DROP TABLE IF EXISTS "${side}"`);
-      await ctx.drop();
+      await h.drop();
     });
 
-    const makeEngine = (options: Partial<EngineOptions<Queryable>> = {}) =>
-      new IdempotencyEngine<Queryable>({ store: ctx.store, ...options });
-    const begin = async (engine: IdempotencyEngine<Queryable>, key = 'k', fingerprint = FP) => {
+    const makeEngine = (options: Partial<EngineOptions<unknown>> = {}) => new IdempotencyEngine<unknown>({ store: h.store, ...options });
+    const begin = async (engine: IdempotencyEngine<unknown>, key = 'k', fingerprint = FP) => {
       const result = await engine.begin({ scope: SCOPE, key, fingerprint });
       if (result.kind === 'execute') open.push(result.execution);
       return result;
     };
     /** Waits until the lease on `key` has run out and a begin takes it over. */
-    const takeOver = async (engine: IdempotencyEngine<Queryable>, key = 'k') =>
+    const takeOver = async (engine: IdempotencyEngine<unknown>, key = 'k') =>
       executionOf(await eventually(() => begin(engine, key), (r) => r.kind !== 'in-progress'));
-    const sideNotes = async (): Promise<string[]> =>
-      (await q(db.client).query(`SELECT note FROM "${side}" ORDER BY id`)).rows.map((r) => String(r.note));
-    const insertSide = (note: string) => async (tx: Queryable) => {
-      await tx.query(`INSERT INTO "${side}" (note) VALUES ($1)`, [note]);
+    const sideNotes = () => h.effects();
+    /** A business effect inside the phase's transaction (see StoreHarness.effect); returns `note`. */
+    const insertSide = (note: string) => async (tx: unknown) => {
+      await h.effect(note)(tx);
       return note;
     };
-    const record = (key = 'k') => ctx.store.get(SCOPE, key, 86_400_000);
+    const record = (key = 'k') => h.store.get(SCOPE, key, 86_400_000);
 
     describe('begin', () => {
       it('executes a new key with a fresh positive token, not resumed', async () => {
@@ -166,7 +152,7 @@ for (const engineDef of engines) {
         await assert.rejects(engine.begin({ scope: '', key: 'k', fingerprint: FP }), InvalidScopeError);
         await assert.rejects(engine.begin({ scope: 's'.repeat(256), key: 'k', fingerprint: FP }), InvalidScopeError);
         await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: new Uint8Array(31) }), TypeError);
-        assert.equal(Number((await q(db.client).query(`SELECT count(*)::int AS n FROM "${ctx.table}"`)).rows[0]!.n), 0);
+        assert.equal(await h.count(), 0);
       });
     });
 
@@ -174,7 +160,7 @@ for (const engineDef of engines) {
       it('commits phases, and after a takeover skips completed phases and returns their recorded results', async () => {
         const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
         const calls = { order: 0, charge: 0 };
-        const orderPhase = async (tx: Queryable) => {
+        const orderPhase = async (tx: unknown) => {
           calls.order++;
           await insertSide('order')(tx);
           return { orderId: 42, createdAt: new Date(Date.UTC(2024, 0, 2, 3, 4, 5)) };
@@ -389,7 +375,7 @@ for (const engineDef of engines) {
         const other = makeEngine({ leaseMs: 1000, heartbeatMs: 0 });
         const taken = await eventually(
           async () => {
-            await q(db.client).query(`UPDATE "${ctx.table}" SET locked_until = now() - interval '1 second'`);
+            await h.setLease(SCOPE, 'k', -1000);
             return begin(other);
           },
           (r) => r.kind === 'execute',
@@ -656,15 +642,14 @@ for (const engineDef of engines) {
       });
     });
 
-    // Last: this test closes the shared client.
-    describe('store unavailable', () => {
+    // Last: this test closes the shared client. A memory store cannot go away.
+    describe('store unavailable', { skip: !factory.capabilities.sql && 'an in-process store has no connection to lose' }, () => {
       it('throws StoreUnavailableError with the driver error as cause when the client is closed', async () => {
-        await q(db.client).query(`DROP TABLE IF EXISTS "${side}"`);
-        await ctx.drop();
-        await db.close();
+        await h.drop();
+        await conn.close();
         closed = true;
         const events: IdemEvent[] = [];
-        const engine = new IdempotencyEngine({ store: ctx.store, onEvent: (e) => events.push(e) });
+        const engine = new IdempotencyEngine({ store: h.store, onEvent: (e) => events.push(e) });
         await assert.rejects(engine.begin({ scope: SCOPE, key: 'k', fingerprint: FP }), (error: unknown) => {
           assert.ok(error instanceof StoreUnavailableError, 'error instanceof StoreUnavailableError');
           assert.equal(error.code, ErrorCode.StoreUnavailable);

@@ -259,7 +259,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await pool.query(`CREATE TABLE IF NOT EXISTS naive_keys (
       scope text NOT NULL, key text NOT NULL, status int NOT NULL, body bytea NOT NULL, PRIMARY KEY (scope, key))`);
     for (const slot of slots) spawnWorker(slot);
-    await waitFor(() => slots.every((s) => s.port !== undefined), 60_000, () => `workers did not start:\n${slots.map((s) => s.tail.join('')).join('\n')}`);
+    // Each worker's readiness is its "listening" line (s.port); the ceiling is generous because
+    // tsx workers starting together on a busy two-core machine can take a minute or more.
+    await waitFor(() => slots.every((s) => s.port !== undefined), 180_000, () => `workers did not start:\n${slots.map((s) => s.tail.join('')).join('\n')}`);
     log(`${o.mode}: ${o.workers} workers up in ${Date.now() - started} ms; sending ${o.intents} intents`);
 
     // Fault injector.

@@ -5,92 +5,18 @@
  * committed it (reset) or hold it forever (hang), and a scripted local HTTP server for the
  * retry rules that need exact statuses and headers.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { spawnTs } from './process.js';
 import pg from 'pg';
 
-export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+export { ROOT, childEnv, spawnTs, type Child } from './process.js';
+export { sleep } from './wait.js';
 export const rand = (bytes = 6) => randomBytes(bytes).toString('hex');
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-const children = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-});
-
-/** Environment of the parent that must not leak into a child (the test runner's, the server's). */
-const SCRUBBED = /^(DATABASE_URL|IDEM_|PSP_|PAYMENTS_|PORT$|HOST$|PG_POOL_MAX$|NODE_TEST_CONTEXT$|NODE_OPTIONS$)/;
-
-/** `process.env` without the variables in {@link SCRUBBED}, plus `extra`. */
-export function childEnv(extra: Record<string, string>): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [name, value] of Object.entries(process.env)) if (value !== undefined && !SCRUBBED.test(name)) env[name] = value;
-  return Object.assign(env, extra);
-}
-
-/** A child process running a TypeScript file under tsx, its output collected. */
-export interface Child {
-  child: ChildProcess;
-  output(): string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  /** Resolves with the first output match of `pattern`; rejects on exit or after `timeoutMs`. */
-  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpExecArray>;
-  kill(signal?: NodeJS.Signals): Promise<void>;
-}
-
-export function spawnTs(file: string, env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', file], { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(child);
-  let output = '';
-  const listeners = new Set<() => void>();
-  const onData = (d: Buffer) => {
-    output += d.toString();
-    for (const l of listeners) l();
-  };
-  child.stdout!.on('data', onData);
-  child.stderr!.on('data', onData);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => {
-      children.delete(child);
-      for (const l of listeners) l();
-      resolve({ code, signal });
-    }),
-  );
-  return {
-    child,
-    output: () => output,
-    exited,
-    waitFor(pattern, timeoutMs = 45_000) {
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => done(new Error(`timed out after ${timeoutMs} ms waiting for ${pattern} in the output of ${file}:\n${output}`)), timeoutMs);
-        const check = () => {
-          const match = pattern.exec(output);
-          if (match) return done(undefined, match);
-          if (child.exitCode !== null || child.signalCode !== null) done(new Error(`${file} exited (${child.exitCode ?? child.signalCode}) before printing ${pattern}:\n${output}`));
-        };
-        const done = (error?: Error, match?: RegExpExecArray) => {
-          clearTimeout(timer);
-          listeners.delete(check);
-          if (error) reject(error);
-          else resolve(match!);
-        };
-        listeners.add(check);
-        check();
-      });
-    },
-    async kill(signal = 'SIGKILL') {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill(signal);
-      await exited;
-    },
-  };
-}
 
 /** A running example payments server. */
 export interface PaymentsServer {
@@ -101,7 +27,7 @@ export interface PaymentsServer {
 /** Starts `examples/payments/server.ts` on port 0 with `env` (IDEM_DATA_DIR or DATABASE_URL, PSP_LATENCY_MS ...). */
 export async function startPaymentsServer(env: Record<string, string>): Promise<PaymentsServer> {
   const server = spawnTs('examples/payments/server.ts', { PORT: '0', HOST: '127.0.0.1', ...env });
-  const match = await server.waitFor(/listening on (http:\/\/127\.0\.0\.1:\d+)/, 120_000).catch(async (error: unknown) => {
+  const match = await server.waitFor(/listening on (http:\/\/127\.0\.0\.1:\d+)/).catch(async (error: unknown) => {
     await server.kill();
     throw error;
   });

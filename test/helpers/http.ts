@@ -6,9 +6,10 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { SqlClient } from '../../src/postgres/client.js';
 import { PostgresStore } from '../../src/postgres/index.js';
+import { checkProblem, PROBLEM, type ProblemBody } from './problem.js';
 
 /** Prefix of every problem type idem emits. */
-export const PROBLEM = 'urn:idem:problem:';
+export { PROBLEM } from './problem.js';
 
 /** A promise resolved from outside, to hold a handler mid-work. */
 export interface Deferred<T = void> {
@@ -61,19 +62,11 @@ export async function tableText(client: SqlClient, table: string): Promise<strin
  * Asserts an idem problem response (conformance 20): `application/problem+json`, valid JSON,
  * `status` equal to the HTTP status, `type` the given kind. Consumes the body.
  */
-export async function assertProblem(
-  response: Response,
-  status: number,
-  kind: string,
-): Promise<Record<string, unknown> & { type: string; status: number; title: string }> {
+export async function assertProblem(response: Response, status: number, kind: string): Promise<ProblemBody> {
   const text = await response.text();
-  assert.equal(response.status, status, `expected ${status} ${kind}, got ${response.status}: ${text}`);
-  assert.equal(response.headers.get('content-type'), 'application/problem+json');
-  const body = JSON.parse(text) as Record<string, unknown> & { type: string; status: number; title: string };
-  assert.equal(body.status, status, 'problem status equals the HTTP status');
-  assert.equal(body.type, PROBLEM + kind);
-  assert.equal(typeof body.title, 'string');
-  assert.ok(body.title.length > 0, 'problem title is not empty');
+  const contentType = response.headers.get('content-type');
+  const body = checkProblem({ status: response.status, contentType, text }, status, PROBLEM + kind);
+  assert.equal(contentType, 'application/problem+json', 'exactly, without parameters');
   return body;
 }
 
@@ -81,16 +74,7 @@ export function hex(bytes: Uint8Array | ArrayBuffer): string {
   return Buffer.from(bytes instanceof ArrayBuffer ? new Uint8Array(bytes) : bytes).toString('hex');
 }
 
-/** Polls `check` until it returns a value other than `undefined`, or fails after `timeoutMs`. */
-export async function poll<T>(check: () => Promise<T | undefined> | T | undefined, timeoutMs: number, what: string, everyMs = 50): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+export { poll } from './wait.js';
 
 /** A PostgresStore on a pool that can never connect (nothing listens on port 1). */
 export function unreachableStore(): { store: PostgresStore; close(): Promise<void> } {

@@ -12,6 +12,7 @@ import type { IdempotencyStore } from '../../src/store/types.js';
 import { clusterClients, randomPrefix, singleClients, startCluster, type TestClient } from './redis.js';
 import { tableName } from './engines.js';
 import type { StoreFactory, StoreHarness } from './stores.js';
+import type { KeyRow } from './http.js';
 
 /**
  * Wraps the store to remember every (scope, key) it was asked about, so `count` and `drop`
@@ -82,6 +83,38 @@ function redisHarness(t: TestClient, ledger?: { client: SqlClient }): () => Prom
         for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
         return out;
       },
+      async staleInTx(tx, scope, key) {
+        // A takeover elsewhere: the token moves on (in the ledger too, on the commit's own transaction).
+        await cmd(scope, key, ['HINCRBY', h(scope, key), 'tok', '1']);
+        if (phases) await (tx as Queryable).query(`UPDATE "${table}" SET token = token + 1 WHERE scope = $1 AND key = $2`, [scope, key]);
+      },
+      async dump() {
+        const parts: string[] = [];
+        for (const [scope, key] of seen.values()) parts.push(JSON.stringify(await harness.snapshot(scope, key)));
+        if (phases) parts.push(JSON.stringify((await (ledger!.client as Queryable).query(`SELECT * FROM "${table}"`)).rows));
+        return parts.join('\n');
+      },
+      async rows() {
+        const out: KeyRow[] = [];
+        for (const [scope, key] of [...seen.values()].sort((a, b) => (a[0] + '\0' + a[1] < b[0] + '\0' + b[1] ? -1 : 1))) {
+          const f = (await harness.snapshot(scope, key)) as Record<string, string>;
+          if (!f.st) continue;
+          const [s, us] = (await cmd(scope, key, ['TIME'])) as [string, string];
+          out.push({
+            scope,
+            key,
+            state: f.st,
+            recovery_point: f.rp ?? 'start',
+            lock_version: f.tok ?? '',
+            fingerprint: f.fp ?? '',
+            response_status: f.rs === undefined ? null : Number(f.rs),
+            response_body: f.rb === undefined ? null : Buffer.from(f.rb, 'base64').toString('hex'),
+            response_headers: f.rh === undefined ? null : JSON.parse(f.rh),
+            locked: Number(f.lu ?? 0) > Number(s) * 1000 + Math.floor(Number(us) / 1000),
+          });
+        }
+        return out;
+      },
       async count() {
         let n = 0;
         for (const [scope, key] of seen.values()) n += Number(await cmd(scope, key, ['EXISTS', h(scope, key)]));
@@ -106,7 +139,10 @@ function redisHarness(t: TestClient, ledger?: { client: SqlClient }): () => Prom
 /** RedisStore on the machine's Redis (REDIS_URL), through node-redis. Phases are not atomic with their effects. */
 export const redisFactory: StoreFactory = {
   name: 'RedisStore on Redis',
-  capabilities: { sweep: false, partitioned: false, sql: false, atomicEffects: false },
+  capabilities: { sweep: false, partitioned: false, sql: false, virtualTime: false, atomicEffects: false },
+  // The engine and HTTP suites over the store list are not run on Redis yet (merge of the
+  // split suites came at the deadline): the store contract is.
+  contractOnly: true,
   async connect() {
     const t = await singleClients[0]!.open();
     return { fresh: redisHarness(t), close: () => t.close() };
@@ -116,7 +152,10 @@ export const redisFactory: StoreFactory = {
 /** RedisStore on a 3-master Redis Cluster started on loopback for the suite, through ioredis. */
 export const redisClusterFactory: StoreFactory = {
   name: 'RedisStore on Redis Cluster (3 masters)',
-  capabilities: { sweep: false, partitioned: false, sql: false, atomicEffects: false },
+  capabilities: { sweep: false, partitioned: false, sql: false, virtualTime: false, atomicEffects: false },
+  // The engine and HTTP suites over the store list are not run on Redis yet (merge of the
+  // split suites came at the deadline): the store contract is.
+  contractOnly: true,
   async connect() {
     const cluster = await startCluster();
     try {
@@ -138,7 +177,8 @@ export const redisClusterFactory: StoreFactory = {
 /** RedisStore with PostgresPhases on PGlite: claims in Redis, atomic phases in PostgreSQL. */
 export const redisPostgresPhasesFactory: StoreFactory = {
   name: 'RedisStore + PostgresPhases (PGlite)',
-  capabilities: { sweep: false, partitioned: false, sql: false },
+  capabilities: { sweep: false, partitioned: false, sql: false, virtualTime: false },
+  contractOnly: true,
   async connect() {
     const t = await singleClients[0]!.open();
     const db = new PGlite();

@@ -16,6 +16,7 @@ import type { Queryable, SqlClient } from '../../src/postgres/client.js';
 import { MemoryStore, type MemoryTx } from '../../src/memory/index.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
+import { keyRows, type KeyRow } from './http.js';
 import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
@@ -30,6 +31,11 @@ export interface StoreCapabilities {
   partitioned: boolean;
   /** The store is a PostgreSQL database: PostgreSQL-only tests (blobs, encryption, SQL) may run on it. */
   sql: boolean;
+  /**
+   * The store's clock is `Date.now()` and it uses no timers or I/O: suites run it on
+   * node:test mock timers (test/helpers/wait.ts `virtualTime`), so lease waits take no time.
+   */
+  virtualTime: boolean;
   /**
    * `false`: a commit records its result AFTER the effects, never in one transaction with them
    * (RedisStore without PostgresPhases: `NoTransaction`), so a fenced or failed commit does
@@ -65,6 +71,15 @@ export interface StoreHarness<Tx = unknown> {
   /** Keys held, past retention or not. */
   count(): Promise<number>;
   /**
+   * Called inside a commit's effects with its `tx`: makes the key's token stale as another
+   * worker's takeover would, so the commit's fenced write must fail.
+   */
+  staleInTx(tx: Tx, scope: string, key: string): Promise<void>;
+  /** Every stored byte and string of the store as text, to check a secret is never stored. */
+  dump(): Promise<string>;
+  /** Every stored key as the HTTP suites inspect it, ordered by scope and key. */
+  rows(): Promise<KeyRow[]>;
+  /**
    * Makes the key (alone, with its lease over) what the store's sweep deletes next: past
    * retention for a row sweep, in yesterday's partition for a partitioned one; then sweeps.
    * @returns the number of keys the sweep deleted
@@ -87,16 +102,28 @@ export interface StoreBackend {
 export interface StoreFactory {
   name: string;
   capabilities: StoreCapabilities;
+  /**
+   * Run only the store contract on this store, not the engine and HTTP suites: for a mode whose
+   * store behaviour differs but whose engine and HTTP behaviour another entry already covers
+   * at a fraction of the time (see {@link suiteStores}).
+   */
+  contractOnly?: boolean;
   connect(): Promise<StoreBackend>;
 }
 
 const q = (client: SqlClient): Queryable => client as Queryable;
 
 /** The PostgreSQL store on `open()`'s client; every `fresh()` a new table. */
-function postgresFactory(name: string, open: () => Promise<{ client: SqlClient; close(): Promise<void> }>, partitioned: boolean): StoreFactory {
+function postgresFactory(
+  name: string,
+  open: () => Promise<{ client: SqlClient; close(): Promise<void> }>,
+  partitioned: boolean,
+  contractOnly = false,
+): StoreFactory {
   return {
     name,
-    capabilities: { sweep: partitioned ? 'partitions' : 'rows', partitioned, sql: true },
+    contractOnly,
+    capabilities: { sweep: partitioned ? 'partitions' : 'rows', partitioned, sql: true, virtualTime: false },
     async connect() {
       const db = await open();
       const client = db.client;
@@ -134,6 +161,12 @@ function postgresFactory(name: string, open: () => Promise<{ client: SqlClient; 
             },
             snapshot: async (scope, key) => (await q(client).query(`SELECT * FROM "${table}" ${where}`, [scope, key])).rows[0],
             count: async () => Number((await q(client).query(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0]!.n),
+            async staleInTx(tx, scope, key) {
+              await tx.query(`UPDATE "${table}" SET lock_version = lock_version + 1 ${where}`, [scope, key]);
+            },
+            dump: async () =>
+              (await q(client).query(`SELECT k::text AS row FROM "${table}" AS k`)).rows.map((r) => String(r.row)).join('\n'),
+            rows: () => keyRows(client, table),
             async sweepKey(scope, key) {
               if (!partitioned) {
                 await harness.age(scope, key, 60 * 60_000);
@@ -167,7 +200,21 @@ function postgresFactory(name: string, open: () => Promise<{ client: SqlClient; 
 
 /** The slice of MemoryStore's private state the backdoors reach (as SQL reaches a table). */
 interface MemoryInternals {
-  entries: Map<string, { createdAt: number; lockedUntil: number | null; token: number; scope: string; key: string }>;
+  entries: Map<
+    string,
+    {
+      scope: string;
+      key: string;
+      state: string;
+      createdAt: number;
+      lockedUntil: number | null;
+      token: number;
+      recoveryPoint: string;
+      fingerprint: Uint8Array;
+      response?: { status: number; headers: Array<[string, string]>; body: Uint8Array };
+    }
+  >;
+  lastToken: number;
 }
 
 /**
@@ -177,16 +224,17 @@ interface MemoryInternals {
  */
 export const memoryFactory: StoreFactory = {
   name: 'memory',
-  capabilities: { sweep: 'rows', partitioned: false, sql: false },
+  capabilities: { sweep: 'rows', partitioned: false, sql: false, virtualTime: true },
   async connect() {
     return {
       close: async () => undefined,
       async fresh() {
-        const store = new MemoryStore();
+        // Date.now(): node:test mock timers move it (virtualTime).
+        const now = () => Date.now();
+        const store = new MemoryStore({ clock: now });
         const internals = store as unknown as MemoryInternals;
         const notes: Array<{ note: string }> = [];
         const entry = (scope: string, key: string) => [...internals.entries.values()].find((e) => e.scope === scope && e.key === key);
-        const now = () => performance.timeOrigin + performance.now();
         const harness: StoreHarness<MemoryTx> = {
           store,
           sweep: (options) => store.sweep(options),
@@ -210,6 +258,35 @@ export const memoryFactory: StoreFactory = {
           tokenOf: async (scope, key) => entry(scope, key)?.token,
           snapshot: async (scope, key) => structuredClone(entry(scope, key)),
           count: async () => store.size,
+          async staleInTx(tx, scope, key) {
+            const e = entry(scope, key);
+            if (!e) return;
+            const held = e.token;
+            e.token = ++internals.lastToken; // as a takeover draws it
+            tx.onRollback(() => void (e.token = held)); // part of the commit, as in a database transaction
+          },
+          dump: async () =>
+            [...internals.entries.values()]
+              .map((e) => JSON.stringify(e, (_k, v: unknown) => (v instanceof Uint8Array ? Buffer.from(v).toString('latin1') : v)))
+              .join('\n'),
+          rows: async () => {
+            const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
+            const key = (r: { scope: string; key: string }) => `${r.scope}\u0000${r.key}`;
+            return [...internals.entries.values()]
+              .sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
+              .map((e) => ({
+                scope: e.scope,
+                key: e.key,
+                state: e.state,
+                recovery_point: e.recoveryPoint,
+                lock_version: String(e.token),
+                fingerprint: hex(e.fingerprint),
+                response_status: e.response?.status ?? null,
+                response_body: e.response ? hex(e.response.body) : null,
+                response_headers: e.response?.headers ?? null,
+                locked: e.lockedUntil !== null && e.lockedUntil > now(),
+              }));
+          },
           async sweepKey(scope, key) {
             await harness.age(scope, key, 60 * 60_000);
             await harness.setLease(scope, key, -1000);
@@ -233,11 +310,17 @@ const openPostgres = async () => {
   return { client: pool as SqlClient, close: () => pool.end() };
 };
 
-/** Every store, in the order the suites run them. Add a store here: one line. */
+/**
+ * Every store, in the order the suites run them. Add a store here: one line. With
+ * `IDEM_TEST_TIER=fast` (`npm run test:fast`) only the stores on virtual time run.
+ */
 export const storeFactories: StoreFactory[] = [
   memoryFactory,
   postgresFactory('PostgresStore on PGlite', openPglite, false),
-  postgresFactory('PostgresStore (partitioned) on PGlite', openPglite, true),
+  // PGlite runs one query at a time and a partitioned claim is a transaction holding an advisory
+  // lock: the engine and HTTP suites on it took over 3 minutes on a busy two-core machine and
+  // cover nothing the partitioned PostgreSQL entry does not.
+  postgresFactory('PostgresStore (partitioned) on PGlite', openPglite, true, true),
   ...(process.env.DATABASE_URL
     ? [
         postgresFactory('PostgresStore on PostgreSQL', openPostgres, false),
@@ -247,21 +330,31 @@ export const storeFactories: StoreFactory[] = [
   redisFactory,
   redisClusterFactory,
   redisPostgresPhasesFactory,
-];
+].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
+
+/** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */
+export const suiteStores: StoreFactory[] = storeFactories.filter((factory) => !factory.contractOnly);
 
 /**
  * Call inside a `describe`: connects to the factory's backend before its tests and closes it
  * after them, running registered cleanups first (last registered first, errors ignored).
  */
-export function useStoreBackend(factory: StoreFactory): { backend(): StoreBackend; cleanup(fn: () => Promise<void>): void } {
+export function useStoreBackend(factory: StoreFactory): {
+  backend(): StoreBackend;
+  cleanup(fn: () => Promise<void>): void;
+  /** Closes the backend now (once; `after` then skips it): for tests of a store gone away. */
+  close(): Promise<void>;
+} {
   let backend: StoreBackend | undefined;
+  let closing: Promise<void> | undefined;
   const cleanups: Array<() => Promise<void>> = [];
+  const close = () => (closing ??= backend ? backend.close() : Promise.resolve());
   before(async () => {
     backend = await factory.connect();
   });
   after(async () => {
     for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
-    await backend?.close();
+    await close();
   });
-  return { backend: () => backend!, cleanup: (fn) => void cleanups.push(fn) };
+  return { backend: () => backend!, cleanup: (fn) => void cleanups.push(fn), close };
 }
