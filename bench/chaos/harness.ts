@@ -26,6 +26,8 @@ import { runCompleterOnce } from '../../examples/payments/complete.js';
 import type { CompleterReport } from '../../src/http/index.js';
 import { startFaultProxy } from './fault-proxy.js';
 import { startFront } from './front.js';
+import { dropRedisPrefix, postgresKeys, redisKeys, type KeysView } from './keys-view.js';
+import { PostgresPhases } from '../../src/redis/index.js';
 import { sendWithRetries, type Attempted } from './retry-client.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -69,6 +71,8 @@ export interface ChaosOptions {
   attemptTimeoutMs: number;
   /** A client gives up on an intent after this long, ms. */
   horizonMs: number;
+  /** Where the workers keep idem's keys: PostgreSQL (default), or Redis at this URL (claims in Redis, phases in PostgreSQL). */
+  redisUrl?: string;
   /** Progress lines. */
   log?: (line: string) => void;
 }
@@ -169,11 +173,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   direct.pathname = '/' + dbName;
   const pool = new pg.Pool({ connectionString: direct.toString(), max: 4 });
   pool.on('error', () => undefined);
+  // --store redis: claims under a fresh key prefix; the phase ledger created once up front.
+  const redisPrefix = `idem-chaos-${randomBytes(4).toString('hex')}`;
+  let keysView: KeysView = postgresKeys(pool);
   const proxy = await startFaultProxy({ host: direct.hostname || '127.0.0.1', port: Number(direct.port || 5432) });
   const viaProxy = new URL(direct.toString());
   viaProxy.hostname = '127.0.0.1';
   viaProxy.port = String(proxy.port);
 
+  if (o.redisUrl && o.mode === 'idem') {
+    await migrate(pool);
+    await new PostgresPhases({ client: pool }).migrate();
+    keysView = await redisKeys(o.redisUrl, redisPrefix);
+  }
   const entry = await bundle(o.mode);
   const slots: Slot[] = Array.from({ length: o.workers }, (_, index) => ({ index, paused: false, killedByInjector: false, tail: [] }));
   const counts = { random: 0, named: 0, byPoint: {} as Record<string, number>, takeovers: 0, leaseLost: 0, cuts: 0, cutsMidTx: 0, pauses: 0 };
@@ -196,6 +208,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     IDEM_COMPLETER_GRACE_MS: '0',
     IDEM_EVENT_LOG: '1',
     IDEM_MIGRATE: '0',
+    ...(o.redisUrl ? { REDIS_URL: o.redisUrl, IDEM_REDIS_PREFIX: redisPrefix } : {}),
   };
 
   const spawnWorker = (slot: Slot) => {
@@ -302,9 +315,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const boundMs = o.leaseMs + 2 * o.completerIntervalMs + 5000;
     if (o.mode === 'idem') {
       every(1000, () => {
-        pool
-          .query(`SELECT count(*)::int AS n FROM idempotency_keys WHERE state = 'started' AND locked_until < now() - $1::int8 * interval '1 millisecond'`, [boundMs - o.leaseMs])
-          .then((r) => (overdueStarted = Math.max(overdueStarted, Number(r.rows[0]!.n))), () => undefined);
+        keysView
+          .overdueStarted(boundMs - o.leaseMs)
+          .then((n) => (overdueStarted = Math.max(overdueStarted, n)), () => undefined);
       });
     }
 
@@ -372,7 +385,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     if (o.mode === 'idem') {
       await sleep(o.leaseMs + 200);
       for (let pass = 0; pass < 5; pass++) {
-        const report = await runCompleterOnce({ DATABASE_URL: direct.toString(), IDEM_LEASE_MS: String(o.leaseMs), IDEM_RETENTION_MS: '3600000', PSP_LATENCY_MS: '0', PSP_FAILURE_RATE: '0' });
+        const report = await runCompleterOnce({
+          DATABASE_URL: direct.toString(), IDEM_LEASE_MS: String(o.leaseMs), IDEM_RETENTION_MS: '3600000', PSP_LATENCY_MS: '0', PSP_FAILURE_RATE: '0',
+          ...(o.redisUrl ? { REDIS_URL: o.redisUrl, IDEM_REDIS_PREFIX: redisPrefix } : {}),
+        });
         finalCompleter.push(report);
         if (report.found === 0) break;
       }
@@ -390,7 +406,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const elapsed: number[] = [];
     const keys =
       o.mode === 'idem'
-        ? new Map((await pool.query(`SELECT key, state, response_body FROM idempotency_keys`)).rows.map((r) => [String(r.key), r]))
+        ? await keysView.all()
         : new Map<string, Record<string, unknown>>();
     let differing = 0;
     let lostRows = 0;
@@ -417,7 +433,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     if (unanswered > 0) violations.push(`${unanswered} intents got no final answer within ${o.horizonMs} ms`);
     if (o.mode === 'idem') {
       if (lostRows > 0) violations.push(`${lostRows} answered intents whose finished row is missing or differs from what the client got`);
-      const left = Number((await pool.query(`SELECT count(*)::int AS n FROM idempotency_keys WHERE state = 'started'`)).rows[0]!.n);
+      const left = await keysView.started();
       if (left > 0) violations.push(`${left} keys still started after the final completer pass`);
       if (overdueStarted > 0) violations.push(`up to ${overdueStarted} keys stayed started past lease + 2 completer intervals + 5 s during the run`);
     }
@@ -452,6 +468,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await front.close().catch(() => undefined);
     await proxy.close().catch(() => undefined);
     await pool.end().catch(() => undefined);
+    if (o.redisUrl) await dropRedisPrefix(o.redisUrl, redisPrefix).catch(() => undefined);
+    await keysView.close().catch(() => undefined);
     await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => undefined);
     rmSync(entry, { force: true });
     await admin.end().catch(() => undefined);

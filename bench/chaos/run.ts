@@ -5,7 +5,7 @@
  * failed or the naive baseline showed no duplicates.
  *
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npm run chaos -- [--intents 1200] [--workers 3]
- *     [--concurrency 16] [--naive-intents 300] [--no-naive] [--no-write]
+ *     [--concurrency 16] [--naive-intents 300] [--no-naive] [--no-write] [--store postgres|redis]
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -27,9 +27,10 @@ Options:
   --concurrency <n>    client intents in flight (default ${DEFAULTS.concurrency})
   --no-naive           skip the naive baseline
   --no-write           do not update docs/reliability.md
+  --store <name>       postgres (default) or redis: claims and replays in Redis (REDIS_URL)
   -h, --help           print this help
 `;
-let values: { intents?: string; 'naive-intents'?: string; workers?: string; concurrency?: string; 'no-naive'?: boolean; 'no-write'?: boolean; help?: boolean };
+let values: { intents?: string; 'naive-intents'?: string; workers?: string; concurrency?: string; 'no-naive'?: boolean; 'no-write'?: boolean; help?: boolean; store?: string };
 try {
   ({ values } = parseArgs({
     options: {
@@ -40,6 +41,7 @@ try {
       'no-naive': { type: 'boolean' },
       'no-write': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
+      store: { type: 'string' },
     },
   }));
 } catch (error) {
@@ -57,6 +59,14 @@ if (!databaseUrl) {
 }
 // Ctrl-C / a timeout: exit through process.exit so the harness kills its workers.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));
+// --store redis: claims and replays in Redis (REDIS_URL, default redis://127.0.0.1:6379), phases
+// in PostgreSQL (RedisStore + PostgresPhases, as the example with REDIS_URL).
+const store = values.store ?? 'postgres';
+if (store !== 'postgres' && store !== 'redis') {
+  console.error(`npm run chaos: --store must be postgres or redis (got ${store})`);
+  process.exit(2);
+}
+const redisUrl = store === 'redis' ? (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') : undefined;
 const settings = {
   ...DEFAULTS,
   ...(values.intents ? { intents: Number(values.intents) } : {}),
@@ -65,7 +75,7 @@ const settings = {
 };
 const log = (line: string) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${line}`);
 console.log(`chaos: ${settingsLine(settings)}`);
-const idem = await runChaos({ ...settings, databaseUrl, mode: 'idem', log });
+const idem = await runChaos({ ...settings, databaseUrl, mode: 'idem', log, ...(redisUrl ? { redisUrl } : {}) });
 let naive: ChaosResult | undefined;
 if (!values['no-naive']) {
   naive = await runChaos({ ...settings, intents: Number(values['naive-intents'] ?? Math.min(300, settings.intents)), databaseUrl, mode: 'naive', log });
@@ -79,7 +89,8 @@ const naiveFailed = naive && naive.duplicates.psp + naive.duplicates.local > 0;
 console.log(violations.length === 0 ? 'idem: every invariant held.' : 'idem: INVARIANTS VIOLATED.');
 if (naive) console.log(naiveFailed ? 'naive: duplicates found, as expected: the harness catches double charges.' : 'naive: NO duplicates found; the harness did not catch the naive design.');
 
-if (!values['no-write']) {
+// The figures block holds the PostgreSQL run; a Redis run is printed only (docs/reliability.md, "Redis").
+if (!values['no-write'] && store === 'postgres') {
   const file = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'reliability.md');
   const doc = readFileSync(file, 'utf8');
   const block = `<!-- chaos:figures:start -->

@@ -109,6 +109,18 @@ async function mountPeers(app: express.Express): Promise<void> {
     });
   }
 
+  // idem on the same Redis (RedisStore, its own connection, a prefix of this run).
+  {
+    const { createClient } = await import('@redis/client');
+    const { RedisStore } = await import('../../src/redis/index.js');
+    const idemRedis = createClient({ url: redisUrl });
+    await idemRedis.connect();
+    const idem = expressIdem({ store: new RedisStore({ client: idemRedis, prefix: `${prefix}-idem` }) });
+    app.post('/idem-redis', express.json(), idem, (req, res) => {
+      res.status(201).json(noop(keyOf(req.headers)));
+    });
+  }
+
   // Powertools for AWS Lambda: makeIdempotent over the Redis (cache) persistence layer.
   const { makeIdempotent, IdempotencyConfig, IdempotencyAlreadyInProgressError } = await import('@aws-lambda-powertools/idempotency');
   const { CachePersistenceLayer } = await import('@aws-lambda-powertools/idempotency/cache');

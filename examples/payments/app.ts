@@ -21,6 +21,7 @@ import {
 } from 'idem';
 import { idempotency, type IdempotencyVariables } from 'idem/hono';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
+import type { IdempotencyStore } from 'idem';
 import { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
 import { parseChargeRequest } from './validate.js';
@@ -51,6 +52,12 @@ export interface PaymentsAppOptions {
   completer?: boolean;
   /** How long after its lease ended a key counts as abandoned, in ms (see `CompleterOptions.graceMs`). @default 0 */
   completerGraceMs?: number;
+  /**
+   * Where idem keeps its keys; phases must still hand out a transaction on `db` (a
+   * `PostgresStore` on `db`, or `RedisStore` with `PostgresPhases` on `db`: see redis.ts).
+   * @default new PostgresStore({ client: db })
+   */
+  store?: IdempotencyStore<Queryable>;
   /** idem's protocol events (claimed, taken-over, lease-lost, …), for logs and counters. */
   onEvent?: (event: IdempotencyEvent) => void;
   /**
@@ -94,7 +101,7 @@ const PROBLEM_DOCS = {
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
   // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
-  const store = new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000 });
+  const store = options.store ?? new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000 });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {

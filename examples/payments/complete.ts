@@ -12,9 +12,11 @@
 import { pathToFileURL } from 'node:url';
 import type { Completer, CompleterReport } from 'idem';
 import type { Queryable, SqlClient } from 'idem/postgres';
+import type { IdempotencyStore } from 'idem';
 import { createPaymentsApp, migrate } from './app.js';
 import { openDatabase } from './db.js';
 import { FakePsp } from './psp.js';
+import { openRedisClaims } from './redis.js';
 
 /**
  * Opens the example's database, runs one completer pass, closes the database.
@@ -26,7 +28,12 @@ import { FakePsp } from './psp.js';
 export async function runCompleterOnce(env: NodeJS.ProcessEnv = process.env): Promise<CompleterReport> {
   const db = await openDatabase(env);
   try {
-    return await (await createCompleter({ client: db.client }, env)).runOnce();
+    const redis = await openRedisClaims(db.client, env);
+    try {
+      return await (await createCompleter({ client: db.client }, env, redis?.store)).runOnce();
+    } finally {
+      await redis?.close();
+    }
   } finally {
     await db.close();
   }
@@ -38,8 +45,13 @@ export async function runCompleterOnce(env: NodeJS.ProcessEnv = process.env): Pr
  *
  * @param context the CLI's connection (the example always uses its default table)
  * @param env the example's settings (PSP_*, IDEM_LEASE_MS, IDEM_RETENTION_MS)
+ * @param store the store the server uses when it is not PostgreSQL (REDIS_URL: see redis.ts)
  */
-export async function createCompleter(context: { client: SqlClient }, env: NodeJS.ProcessEnv = process.env): Promise<Completer<Queryable>> {
+export async function createCompleter(
+  context: { client: SqlClient },
+  env: NodeJS.ProcessEnv = process.env,
+  store?: IdempotencyStore<Queryable>,
+): Promise<Completer<Queryable>> {
   await migrate(context.client);
   const psp = new FakePsp(context.client, { latencyMs: Number(env.PSP_LATENCY_MS ?? 50), failureRate: Number(env.PSP_FAILURE_RATE ?? 0) });
   const { completer } = createPaymentsApp({
@@ -49,6 +61,7 @@ export async function createCompleter(context: { client: SqlClient }, env: NodeJ
     retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
     completer: true,
     completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
+    ...(store ? { store } : {}),
   });
   return completer!;
 }

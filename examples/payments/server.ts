@@ -4,6 +4,7 @@
  *
  * Environment: PSP_LATENCY_MS (50), PSP_FAILURE_RATE (0), IDEM_LEASE_MS (60000),
  * IDEM_RETENTION_MS (86400000), HOST (127.0.0.1), PG_POOL_MAX (20),
+ * REDIS_URL (claims and replays in Redis, phases atomic in the database: see redis.ts),
  * IDEM_COMPLETER_INTERVAL_MS (10000; 0 turns the background completer off; request snapshots
  * are stored either way, for `idem complete`), IDEM_COMPLETER_GRACE_MS (10000: how long after its lease ended a
  * key counts as abandoned, so a client's own retry usually gets there first), IDEM_EVENT_LOG (1: one `idem-event {json}` line per taken-over /
@@ -17,12 +18,14 @@ import { createPaymentsApp, migrate } from './app.js';
 import { type Database, openDatabase } from './db.js';
 import { FakePsp } from './psp.js';
 import type { IdempotencyEvent } from 'idem';
+import { openRedisClaims, type RedisClaims } from './redis.js';
 
 const env = process.env;
 const port = Number(env.PORT ?? 3000);
 const host = env.HOST ?? '127.0.0.1';
 
 let db: Database | undefined;
+let redis: RedisClaims | undefined;
 try {
   db = await openDatabase(env);
   // IDEM_MIGRATE=0: the tables exist already (the chaos harness migrates once up front).
@@ -31,11 +34,14 @@ try {
     latencyMs: Number(env.PSP_LATENCY_MS ?? 50),
     failureRate: Number(env.PSP_FAILURE_RATE ?? 0),
   });
+  // REDIS_URL: claims and replays in Redis, phases still atomic in this database (redis.ts).
+  redis = await openRedisClaims(db.client, env);
   const completerIntervalMs = Number(env.IDEM_COMPLETER_INTERVAL_MS ?? 10_000);
   if (!(completerIntervalMs >= 0)) throw new Error('IDEM_COMPLETER_INTERVAL_MS must be a number of ms >= 0');
   const { app, completer } = createPaymentsApp({
     db: db.client,
     psp,
+    ...(redis ? { store: redis.store } : {}),
     leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
     retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,
     crashAt: env.PAYMENTS_CRASH_AT,
@@ -50,9 +56,10 @@ try {
   // Finishes charges whose client never retried (see src/http/completer.ts).
   if (completerIntervalMs > 0) completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
   const opened = db;
+  const claims = redis;
   const server = serve({ fetch: app.fetch, port, hostname: host }, (info) => {
     const url = `http://${host}:${info.port}`;
-    console.log(`idem example payments API listening on ${url} (${opened.kind}: ${opened.location})
+    console.log(`idem example payments API listening on ${url} (${opened.kind}: ${opened.location}${claims ? `; claims in Redis: ${claims.location}` : ''})
 Try:
   curl -s ${url}/healthz            # the process is alive
   curl -s ${url}/readyz             # the database answers within the deadline (503 when not)
@@ -72,7 +79,7 @@ Try:
       stopping = true;
       server.close(() => {
         void completer?.stop();
-        opened.close().finally(() => process.exit(0));
+        Promise.allSettled([claims?.close(), opened.close()]).finally(() => process.exit(0));
       });
       setTimeout(() => process.exit(0), 3000).unref();
     });

@@ -17,6 +17,7 @@ import { MemoryStore, type MemoryTx } from '../../src/memory/index.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
 import { keyRows, type KeyRow } from './http.js';
+import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -35,6 +36,13 @@ export interface StoreCapabilities {
    * node:test mock timers (test/helpers/wait.ts `virtualTime`), so lease waits take no time.
    */
   virtualTime: boolean;
+  /**
+   * `false`: a commit records its result AFTER the effects, never in one transaction with them
+   * (RedisStore without PostgresPhases: `NoTransaction`), so a fenced or failed commit does
+   * not undo effects that already ran; the contract checks that nothing is recorded instead.
+   * @default true
+   */
+  atomicEffects?: false;
 }
 
 /**
@@ -319,6 +327,8 @@ export const storeFactories: StoreFactory[] = [
         postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true),
       ]
     : []),
+  // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
+  ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
 
 /** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */

@@ -62,3 +62,13 @@ export interface ContractContext {
    */
   claimAndTakeOver(key: string): Promise<{ ref: KeyRef; stale: KeyRef }>;
 }
+
+/**
+ * The effects that took hold: `atomic` on a store whose commit is one transaction with its
+ * effects; `notAtomic` on one with `atomicEffects: false` (RedisStore's NoTransaction), where
+ * effects that ran before a fenced or failed commit stay, and the contract checks that nothing
+ * was recorded instead.
+ */
+export async function expectEffects(ctx: ContractContext, atomic: string[], notAtomic: string[], message?: string): Promise<void> {
+  assert.deepEqual(await ctx.h().effects(), ctx.caps.atomicEffects === false ? notAtomic : atomic, message);
+}

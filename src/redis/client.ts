@@ -1,0 +1,135 @@
+/**
+ * The slice of a Redis client idem uses, declared locally so neither driver is a dependency
+ * (both are optional peers): node-redis v5+ (`redis` / `@redis/client`: a client or a cluster)
+ * and ioredis (`Redis` or `Cluster`). Every command goes through the driver's raw command
+ * call, so the store needs four shapes of one method, nothing else.
+ */
+import { createHash } from 'node:crypto';
+import { SCRIPTS, type ScriptName } from './scripts.js';
+
+/** node-redis client (`createClient()`): `sendCommand(args)`. */
+export interface NodeRedisClientLike {
+  sendCommand(args: string[]): Promise<unknown>;
+}
+
+/** node-redis cluster (`createCluster()`): `sendCommand(firstKey, isReadonly, args)` routes by the key's slot. */
+export interface NodeRedisClusterLike {
+  sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
+  /** Present on a cluster only; tells it apart from a client. */
+  readonly masters: unknown;
+}
+
+/** ioredis `Redis` or `Cluster`: `call(command, ...args)`; a Cluster routes by the command's keys. */
+export interface IoRedisLike {
+  call(command: string, ...args: string[]): Promise<unknown>;
+  /** `true` on an ioredis `Cluster`. */
+  readonly isCluster?: boolean;
+}
+
+/** Any client the store accepts. */
+export type RedisClientLike = NodeRedisClientLike | NodeRedisClusterLike | IoRedisLike;
+
+/** The store's view of a client: run a script or a command on the node owning `key`. */
+export interface RedisRunner {
+  /** True on Redis Cluster (node-redis cluster or ioredis Cluster). */
+  readonly cluster: boolean;
+  /** Runs a named script by SHA (EVALSHA), sending it in full (EVAL) on NOSCRIPT. */
+  script(name: ScriptName, keys: string[], args: string[]): Promise<unknown>;
+  /** Runs a command on the node owning `key` (for a keyless command such as WAIT: the node of the key it follows). */
+  command(key: string, args: string[]): Promise<unknown>;
+}
+
+const SHAS = Object.fromEntries(
+  Object.entries(SCRIPTS).map(([name, text]) => [name, createHash('sha1').update(text).digest('hex')]),
+) as Record<ScriptName, string>;
+
+/** The SHA1 of each script, as `EVALSHA` names it. */
+export function scriptSha(name: ScriptName): string {
+  return SHAS[name];
+}
+
+function isNoScript(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}
+
+/**
+ * Redis Cluster answers TRYAGAIN when a multi-key script runs on a slot being migrated and
+ * only some of its keys have moved yet. Nothing ran; the store retries it a few times with a
+ * short backoff (the migration of one slot's keys takes milliseconds).
+ */
+const TRY_AGAIN_ATTEMPTS = 20;
+
+function isTryAgain(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('TRYAGAIN');
+}
+
+async function retryingTryAgain<T>(run: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run();
+    } catch (error) {
+      if (!isTryAgain(error) || attempt >= TRY_AGAIN_ATTEMPTS) throw error;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(200, 5 * attempt)));
+    }
+  }
+}
+
+/**
+ * Wraps a client in a {@link RedisRunner}.
+ * @throws {TypeError} when `client` matches none of the supported shapes
+ */
+export function toRunner(client: RedisClientLike): RedisRunner {
+  const c = client as unknown as Record<string, unknown>;
+  let send: (key: string, args: string[]) => Promise<unknown>;
+  let cluster: boolean;
+  if (typeof c.call === 'function') {
+    const io = client as IoRedisLike;
+    cluster = io.isCluster === true;
+    send = (_key, args) => io.call(args[0]!, ...args.slice(1));
+    if (cluster) {
+      // ioredis Cluster routes a keyless command (WAIT) to any node: send it to the key's master.
+      const raw = send;
+      send = (key, args) => (args[0] === 'WAIT' ? waitOnIoCluster(client, key, args) : raw(key, args));
+    }
+  } else if (typeof c.sendCommand === 'function' && 'masters' in c) {
+    const nc = client as NodeRedisClusterLike;
+    cluster = true;
+    send = (key, args) => nc.sendCommand(key, false, args);
+  } else if (typeof c.sendCommand === 'function') {
+    const nr = client as NodeRedisClientLike;
+    cluster = false;
+    send = (_key, args) => nr.sendCommand(args);
+  } else {
+    throw new TypeError('idem/redis: client must be a node-redis client or cluster, or an ioredis Redis or Cluster');
+  }
+  return {
+    cluster,
+    script(name, keys, args) {
+      return retryingTryAgain(async () => {
+        try {
+          return await send(keys[0]!, ['EVALSHA', SHAS[name], String(keys.length), ...keys, ...args]);
+        } catch (error) {
+          if (!isNoScript(error)) throw error;
+          // First call on this node (or after SCRIPT FLUSH, a restart, a failover): EVAL sends
+          // the script in full and caches it there, so the next EVALSHA finds it.
+          return send(keys[0]!, ['EVAL', SCRIPTS[name], String(keys.length), ...keys, ...args]);
+        }
+      });
+    },
+    command: send,
+  };
+}
+
+/** ioredis Cluster: WAIT on the master of `key`'s slot (ioredis would pick any node). */
+async function waitOnIoCluster(client: unknown, key: string, args: string[]): Promise<unknown> {
+  const cl = client as {
+    nodes(role: 'master'): Array<{ call(command: string, ...args: string[]): Promise<unknown>; options: { host?: string; port?: number } }>;
+    call(command: string, ...args: string[]): Promise<unknown>;
+  };
+  const slot = Number(await cl.call('CLUSTER', 'KEYSLOT', key));
+  const slots = (await cl.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, ...unknown[]]]>;
+  const owner = slots.find(([from, to]) => slot >= from && slot <= to)?.[2];
+  const node = cl.nodes('master').find((n) => owner && n.options.port === Number(owner[1]));
+  if (!node) throw new Error(`idem/redis: no master found for slot ${slot}`);
+  return node.call(args[0]!, ...args.slice(1));
+}

@@ -1,0 +1,142 @@
+/**
+ * `PostgresPhases`: atomic phases for `RedisStore`. Claims, leases, tokens and replays stay in
+ * Redis; each phase's local effects and its recorded result commit in ONE transaction of the
+ * application's PostgreSQL, fenced by the same token (protocol.md K4, Q4).
+ *
+ * Fencing at the resource: one ledger row per (scope, key) holds the token of the worker that
+ * owns the key now. Every new owner writes its token there first (`fence`: after a claim and
+ * after a takeover, only ever raising it); a phase commit succeeds only with that exact token
+ * (`WHERE token = $t`), as in `PostgresStore`. The row lock orders a takeover's fence and a
+ * stale worker's commit: a commit that lands first is seen by the takeover's read (the phase
+ * is not run again), one that lands after is refused and rolled back with its effects. A new
+ * claim of the key (after a discard or past retention) has a new claim id: its fence resets
+ * the row's phases.
+ *
+ * The finish commits its last effects and the response here too, then writes the response
+ * to Redis for replays. A crash between the two leaves Redis `started`: the next takeover
+ * finds the response in the ledger, finishes the Redis key with it, and the retry replays.
+ */
+import type { Queryable, SqlClient, SqlExecutor } from '../postgres/client.js';
+import { toExecutor } from '../postgres/client.js';
+import { quoteTable } from '../postgres/sql.js';
+import type { CommitRecord, Fenced, KeyRef, PhaseResults, StoredResponse } from '../store/types.js';
+
+/** What a ledger knows of one claim after a takeover fenced it. */
+export interface LedgerState {
+  recoveryPoint: string;
+  phaseResults: PhaseResults;
+  /** Present when the finish committed here but may not have reached Redis. */
+  response?: StoredResponse;
+}
+
+/**
+ * Where `RedisStore` commits phases when they must be atomic with their effects.
+ * @typeParam Tx the transaction handle passed to a phase's effects
+ */
+export interface PhaseLedger<Tx> {
+  /**
+   * A new owner at `ref.token` (a claim or a takeover of claim `claimId`): raise the fence to
+   * it and read the claim's phases (none for a new claim id); `fenced` when a newer token got
+   * there first.
+   */
+  fence(ref: KeyRef, claimId: string): Promise<LedgerState | 'fenced'>;
+  /** Runs `effects` and records `record(value)` in one transaction, fenced by `ref.token`; rolled back when fenced or when `effects` throws. */
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
+}
+
+/** Options of {@link PostgresPhases}. */
+export interface PostgresPhasesOptions {
+  /** A `pg.Pool` or a PGlite instance: the application's database, where the phases' effects live. */
+  client: SqlClient;
+  /** Ledger table (plain or schema-qualified identifier). @default 'idempotency_phases' */
+  table?: string;
+}
+
+const FENCED = Symbol('fenced');
+
+/** A {@link PhaseLedger} in PostgreSQL (or PGlite). Run {@link migrate} once before use. */
+export class PostgresPhases implements PhaseLedger<Queryable> {
+  private readonly db: SqlExecutor;
+  private readonly t: string;
+
+  /** @throws {TypeError} `client` is neither a pg.Pool nor a PGlite instance; `table` is not a plain identifier */
+  constructor(options: PostgresPhasesOptions) {
+    this.db = toExecutor(options.client);
+    this.t = quoteTable(options.table ?? 'idempotency_phases');
+  }
+
+  /** Creates the ledger table if absent. One row per (scope, key), for its current claim. */
+  async migrate(): Promise<void> {
+    await this.db.query(`CREATE TABLE IF NOT EXISTS ${this.t} (
+      scope text NOT NULL, key text NOT NULL, claim_id uuid NOT NULL,
+      token bigint NOT NULL, recovery_point text NOT NULL DEFAULT 'start',
+      phase_results jsonb NOT NULL DEFAULT '{}'::jsonb, response jsonb,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      PRIMARY KEY (scope, key))`);
+  }
+
+  /** Deletes ledger rows older than `retentionMs` (by the database clock); returns how many. */
+  async sweep(retentionMs: number): Promise<number> {
+    const { rows } = await this.db.query(
+      `WITH d AS (DELETE FROM ${this.t} WHERE created_at <= now() - $1::int8 * interval '1 millisecond' RETURNING 1) SELECT count(*)::int AS n FROM d`,
+      [retentionMs],
+    );
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  async fence(ref: KeyRef, claimId: string): Promise<LedgerState | 'fenced'> {
+    // Raise the fence (never lower it) and read the phases, in one statement under the row
+    // lock; another claim id is a new claim of the key: its phases start empty.
+    const { rows } = await this.db.query(
+      `INSERT INTO ${this.t} AS l (scope, key, claim_id, token) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (scope, key) DO UPDATE SET token = EXCLUDED.token, claim_id = EXCLUDED.claim_id,
+         recovery_point = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.recovery_point ELSE 'start' END,
+         phase_results = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.phase_results ELSE '{}'::jsonb END,
+         response = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.response END,
+         created_at = CASE WHEN l.claim_id = EXCLUDED.claim_id THEN l.created_at ELSE now() END
+       WHERE l.token < EXCLUDED.token
+       RETURNING recovery_point, phase_results, response`,
+      [ref.scope, ref.key, claimId, String(ref.token)],
+    );
+    const row = rows[0];
+    if (!row) return 'fenced';
+    const state: LedgerState = { recoveryPoint: String(row.recovery_point), phaseResults: (row.phase_results ?? {}) as PhaseResults };
+    if (row.response) {
+      const r = row.response as { status: number; headers: Array<[string, string]>; body: string };
+      state.response = { status: r.status, headers: r.headers, body: new Uint8Array(Buffer.from(r.body, 'base64')) };
+    }
+    return state;
+  }
+
+  async commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Queryable) => Promise<T>): Promise<Fenced<T>> {
+    try {
+      const value = await this.db.transaction(async (tx) => {
+        const value = effects ? await effects(tx) : (undefined as T);
+        const rec = record(value);
+        const phase = rec.kind === 'phase' ? rec.phase : 'finished';
+        const result = rec.kind === 'phase' ? JSON.stringify(rec.result ?? null) : 'null';
+        const response =
+          rec.kind === 'finish'
+            ? JSON.stringify({ status: rec.response.status, headers: rec.response.headers, body: Buffer.from(rec.response.body).toString('base64') })
+            : null;
+        // The fenced write comes last: no row back means a newer token fenced this claim, and
+        // the throw rolls the effects back with it.
+        const { rows } = await this.db.queryOn(
+          tx,
+          `UPDATE ${this.t} SET recovery_point = $4,
+             phase_results = CASE WHEN $6::jsonb IS NULL THEN phase_results || jsonb_build_object($4::text, $5::jsonb) ELSE phase_results END,
+             response = $6::jsonb
+           WHERE scope = $1 AND key = $2 AND token = $3 AND response IS NULL
+           RETURNING 1 AS ok`,
+          [ref.scope, ref.key, String(ref.token), phase, result, response],
+        );
+        if (rows.length === 0) throw FENCED;
+        return value;
+      });
+      return { kind: 'ok', value };
+    } catch (error) {
+      if (error === FENCED) return { kind: 'fenced' };
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,246 @@
+/**
+ * Every Lua script idem's Redis store runs, named and commented. Nothing else in the code base
+ * writes to a key's hash: every state change of an idempotency key is ONE of these scripts,
+ * run atomically on the node that owns the key's slot (called by SHA with `EVALSHA`, sent in
+ * full with `EVAL` on `NOSCRIPT`).
+ *
+ * Keys of one idempotency key (see `keys.ts`), all with the hash tag `{scope:key}` so that on
+ * Redis Cluster every script touches one slot:
+ * - the record hash `<prefix>:{scope:key}`;
+ * - its token counter `<prefix>:{scope:key}:token`, a plain integer that outlives the hash.
+ * On a single Redis the scripts also keep the in-flight index (a sorted set, see `store.ts`);
+ * on Cluster that index lives in another slot and the store writes it with its own command,
+ * so `KEYS[3]` is absent there.
+ *
+ * Hash fields: `fp` fingerprint (hex), `st` state (`started` | `done`), `rp` recovery point,
+ * `p:<phase>` each committed phase's result (JSON text), `tok` fencing token, `cid` claim id,
+ * `lu` lease end (server epoch ms; `0` = released, no lease), `ca` creation (server epoch ms),
+ * `rt` retention ms, `rs` / `rh` / `rb` response status, headers (JSON), body (base64),
+ * `rq` request snapshot (JSON), `fa` finish time.
+ *
+ * Time: every lease and retention comparison uses the Redis server's clock (`TIME` inside the
+ * script), one clock for all app hosts. Scripts are replicated by their effects (Redis ≥ 5),
+ * so reading `TIME` before writing is allowed and replicas apply the same values.
+ *
+ * Fencing (protocol.md K8): every write after the claim first checks `tok == ARGV[1]` and
+ * `st == started`; a mismatch changes nothing and returns `false` (nil), which the store
+ * reports as `{ kind: 'fenced' }` or `{ kind: 'lost' }`.
+ */
+
+/**
+ * Helpers prepended to every script (each script is sent on its own, so each carries them).
+ *
+ * `next_token`: the fencing token only ever grows, also across the hash's expiry (retention)
+ * and a discard: the counter key outlives the hash by a whole retention period, and a new
+ * counter starts at the server time in µs (`TIME`), above every token handed out before it
+ * expired (tokens stay below 2^53 until the year 2255). A worker that froze before a
+ * retention reset therefore never holds a token equal to the new claim's.
+ *
+ * `set_expiry`: retention by `PEXPIREAT` at creation + retention (protocol.md K6), pushed out
+ * only while a lease is valid past it (the engine keeps retention longer than any lease, so
+ * that is a safety net, never the rule). Replays never call it: they do not extend retention.
+ */
+const PRELUDE = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function num(n) return string.format('%.0f', n) end
+local function next_token(counter)
+  local last = tonumber(redis.call('GET', counter) or '0')
+  local token = math.max(last + 1, now_us())
+  redis.call('SET', counter, num(token))
+  return num(token)
+end
+local function set_expiry(h, counter, ca, rt, lu)
+  local at = math.max(ca + rt, lu)
+  redis.call('PEXPIREAT', h, num(at))
+  redis.call('PEXPIREAT', counter, num(at + rt))
+end
+local function fields(h, with_body, with_request)
+  local all = redis.call('HGETALL', h)
+  local out = {}
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if (f ~= 'rb' or with_body) and (f ~= 'rq' or with_request) then
+      out[#out + 1] = f
+      out[#out + 1] = all[i + 1]
+    end
+  end
+  return out
+end
+local function fenced(h, token)
+  local cur = redis.call('HMGET', h, 'tok', 'st')
+  return cur[1] == token and cur[2] == 'started'
+end
+`;
+
+/**
+ * Claim (protocol.md K3, Q1 + Q2 in one script): inserts the key as `started` with a lease, or
+ * returns the existing record. A record past retention whose lease is over counts as absent
+ * and is replaced with a new token and claim id (protocol.md K6); one whose lease is still
+ * valid is reported as it is (its worker is alive).
+ *
+ * The decision order of the core (mismatch → replay → in progress → take over) starts here:
+ * the fingerprint is compared first, and the stored body travels back only for a finished key
+ * whose fingerprint matches (a replay); a mismatch or an in-progress key costs no body. The
+ * takeover itself is {@link TAKE_OVER}, a compare-and-set on the token read here.
+ *
+ * KEYS[1] hash, KEYS[2] token counter, KEYS[3] in-flight index (single Redis only).
+ * ARGV[1] fingerprint hex, ARGV[2] lease ms, ARGV[3] retention ms, ARGV[4] new claim id,
+ * ARGV[5] index member.
+ * Returns `{'claimed', token, claimId}` or `{'exists', now, field, value, ...}`.
+ */
+export const CLAIM = `${PRELUDE}
+local h, counter = KEYS[1], KEYS[2]
+local now = now_ms()
+local cur = redis.call('HMGET', h, 'ca', 'lu', 'fp', 'st', 'rt')
+if cur[1] then
+  local retention_over = tonumber(cur[1]) <= now - tonumber(ARGV[3])
+  local lease_over = tonumber(cur[2]) <= now
+  if not (retention_over and lease_over) then
+    return {'exists', num(now), fields(h, cur[3] == ARGV[1] and cur[4] == 'done', false)}
+  end
+end
+local token = next_token(counter)
+local lu = now + tonumber(ARGV[2])
+local rt = tonumber(ARGV[3])
+redis.call('DEL', h)
+redis.call('HSET', h, 'fp', ARGV[1], 'st', 'started', 'rp', 'start', 'tok', token, 'cid', ARGV[4],
+  'lu', num(lu), 'ca', num(now), 'rt', ARGV[3])
+set_expiry(h, counter, now, rt, lu)
+if KEYS[3] then redis.call('ZADD', KEYS[3], num(now), ARGV[5]) end
+return {'claimed', token, ARGV[4]}
+`;
+
+/**
+ * Takeover (protocol.md Q3): only if the token is still the one read, the key still
+ * `started`, and its lease over (or released). Draws a new, higher token and a new lease;
+ * keeps the claim id, recovery point and phase results (returned, so the new worker resumes).
+ *
+ * KEYS[1] hash, KEYS[2] token counter. ARGV[1] token read, ARGV[2] lease ms.
+ * Returns `{token, field, value, ...}` or nil (lost).
+ */
+export const TAKE_OVER = `${PRELUDE}
+local h, counter = KEYS[1], KEYS[2]
+local now = now_ms()
+local cur = redis.call('HMGET', h, 'tok', 'st', 'lu', 'ca', 'rt')
+if cur[1] ~= ARGV[1] or cur[2] ~= 'started' or tonumber(cur[3]) > now then return false end
+local token = next_token(counter)
+local lu = now + tonumber(ARGV[2])
+redis.call('HSET', h, 'tok', token, 'lu', num(lu))
+set_expiry(h, counter, tonumber(cur[4]), tonumber(cur[5]), lu)
+return {token, fields(h, false, false)}
+`;
+
+/**
+ * Phase commit (protocol.md Q4), fenced: the recovery point and the phase's result, with the
+ * lease renewed. On Redis this runs AFTER the phase's local effects, never with them: there
+ * is no transaction spanning both (see `NoTransaction` in store.ts).
+ *
+ * KEYS[1] hash, KEYS[2] token counter. ARGV[1] token, ARGV[2] phase, ARGV[3] result JSON,
+ * ARGV[4] lease ms. Returns 1, or nil (fenced).
+ */
+export const RECORD_PHASE = `${PRELUDE}
+local h, counter = KEYS[1], KEYS[2]
+if not fenced(h, ARGV[1]) then return false end
+local now = now_ms()
+local lu = now + tonumber(ARGV[4])
+redis.call('HSET', h, 'rp', ARGV[2], 'p:' .. ARGV[2], ARGV[3], 'lu', num(lu))
+local cur = redis.call('HMGET', h, 'ca', 'rt')
+set_expiry(h, counter, tonumber(cur[1]), tonumber(cur[2]), lu)
+return 1
+`;
+
+/**
+ * Finish (protocol.md Q5, K5), fenced: state `done`, the response stored, the lease cleared,
+ * the key dropped from the in-flight index. Retention is not extended (the expiry set at the
+ * claim stays).
+ *
+ * KEYS[1] hash, KEYS[3] in-flight index (single Redis only). ARGV[1] token, ARGV[2] status,
+ * ARGV[3] headers JSON, ARGV[4] body base64, ARGV[5] index member. Returns 1, or nil (fenced).
+ */
+export const FINISH = `${PRELUDE}
+local h = KEYS[1]
+if not fenced(h, ARGV[1]) then return false end
+redis.call('HSET', h, 'st', 'done', 'rp', 'finished', 'rs', ARGV[2], 'rh', ARGV[3], 'rb', ARGV[4],
+  'lu', '0', 'fa', num(now_ms()))
+if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[5]) end
+return 1
+`;
+
+/**
+ * Heartbeat (protocol.md K7), fenced: the lease ends `ARGV[2]` ms from the server's now.
+ * KEYS[1] hash, KEYS[2] token counter. ARGV[1] token, ARGV[2] lease ms. Returns 1 or nil.
+ */
+export const EXTEND_LEASE = `${PRELUDE}
+local h, counter = KEYS[1], KEYS[2]
+if not fenced(h, ARGV[1]) then return false end
+local lu = now_ms() + tonumber(ARGV[2])
+redis.call('HSET', h, 'lu', num(lu))
+local cur = redis.call('HMGET', h, 'ca', 'rt')
+set_expiry(h, counter, tonumber(cur[1]), tonumber(cur[2]), lu)
+return 1
+`;
+
+/**
+ * Release or discard (protocol.md K9), fenced. Release: the lease ends now (`lu` 0), the
+ * recovery point stays, so the next retry takes over at once and resumes. Discard (ARGV[2]
+ * = '1'): a key on which no phase committed is deleted (its token counter stays, so tokens
+ * keep growing) and dropped from the index; a key with a committed phase is released instead.
+ *
+ * KEYS[1] hash, KEYS[3] in-flight index (single Redis only). ARGV[1] token, ARGV[2] discard
+ * flag, ARGV[3] index member. Returns 'deleted', 'released', or nil (fenced).
+ */
+export const RELEASE = `${PRELUDE}
+local h = KEYS[1]
+if not fenced(h, ARGV[1]) then return false end
+if ARGV[2] == '1' and redis.call('HGET', h, 'rp') == 'start' then
+  redis.call('DEL', h)
+  if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[3]) end
+  return 'deleted'
+end
+redis.call('HSET', h, 'lu', '0')
+return 'released'
+`;
+
+/**
+ * Completer: the request snapshot of a key this worker holds, fenced (protocol.md K11).
+ * KEYS[1] hash. ARGV[1] token, ARGV[2] snapshot JSON. Returns 1 or nil.
+ */
+export const SAVE_REQUEST = `${PRELUDE}
+local h = KEYS[1]
+if not fenced(h, ARGV[1]) then return false end
+redis.call('HSET', h, 'rq', ARGV[2])
+return 1
+`;
+
+/**
+ * Read one key with the server's now (get, the completer's listing). No write.
+ * KEYS[1] hash. ARGV[1] '1' to include the request snapshot.
+ * Returns `{now, field, value, ...}`, or nil when absent.
+ */
+export const READ = `${PRELUDE}
+local h = KEYS[1]
+if redis.call('EXISTS', h) == 0 then return false end
+return {num(now_ms()), fields(h, true, ARGV[1] == '1')}
+`;
+
+/** The scripts by name, as the store loads them. */
+export const SCRIPTS = {
+  claim: CLAIM,
+  takeOver: TAKE_OVER,
+  recordPhase: RECORD_PHASE,
+  finish: FINISH,
+  extendLease: EXTEND_LEASE,
+  release: RELEASE,
+  saveRequest: SAVE_REQUEST,
+  read: READ,
+} as const;
+
+/** Name of a script in {@link SCRIPTS}. */
+export type ScriptName = keyof typeof SCRIPTS;

@@ -1,0 +1,382 @@
+/**
+ * `RedisStore`: the fast claim on Redis or Redis Cluster, with the whole protocol (claim with
+ * the fingerprint checked first, lease, fencing token, takeover by compare-and-set, phases with
+ * recovery points, finish, retention). What it does not promise: a phase's effects and its
+ * recorded result are not one transaction (see {@link NoTransaction}), and an acknowledged
+ * write can be lost on failover unless `durability` waits for replicas (docs/reliability.md).
+ */
+import { randomUUID } from 'node:crypto';
+import { KeyState } from '../core/constants.js';
+import { InvalidOptionError } from '../core/errors.js';
+import type {
+  AbandonedKey,
+  ClaimInput,
+  ClaimResult,
+  CommitRecord,
+  Fenced,
+  IdempotencyStore,
+  KeyRecord,
+  KeyRef,
+  RequestSnapshot,
+  StoredResponse,
+  TakeOverResult,
+} from '../store/types.js';
+import { toRunner, type RedisClientLike, type RedisRunner } from './client.js';
+import { hex, phases, recordOf, toFields, toRecord, toSnapshot } from './records.js';
+import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
+import type { PhaseLedger } from './pg-phases.js';
+
+/**
+ * The "transaction" a phase's effects receive on Redis: a marker, not a handle. Redis has no
+ * transaction that spans the application's local effects and the store's write, so with
+ * `RedisStore` a phase's recorded result is written AFTER its effects: if the process dies in
+ * between, or the lease was lost meanwhile, the effects have happened and the phase runs again
+ * on the next attempt. Make such effects idempotent themselves (an upsert keyed by the claim
+ * id, or `execution.call` with the derived key for anything external). For atomic phases keep
+ * the phase's data in PostgreSQL with `PostgresStore` (README, "Redis").
+ */
+export interface NoTransaction {
+  /** Always `false`: effects and the recorded result are not one transaction. */
+  readonly atomic: false;
+}
+
+/** The one {@link NoTransaction} value passed to every phase's effects. */
+export const NO_TRANSACTION: NoTransaction = Object.freeze({ atomic: false as const });
+
+/** Wait for replicas after the claim and after finish (`WAIT replicas timeoutMs`). */
+export interface DurabilityOptions {
+  /** Replicas that must acknowledge the write; at least 1. */
+  replicas: number;
+  /** How long WAIT may block, in ms; at least 1. @default 1000 */
+  timeoutMs?: number;
+}
+
+/**
+ * Options of {@link RedisStore}.
+ * @typeParam Tx what a phase's effects receive: {@link NoTransaction} without `phases`, the
+ *   ledger's transaction handle with it.
+ */
+export interface RedisStoreOptions<Tx = NoTransaction> {
+  /** A connected node-redis client or cluster, or an ioredis `Redis` or `Cluster`. */
+  client: RedisClientLike;
+  /** Prefix of every key the store writes, without `{` or `}`. @default 'idem' */
+  prefix?: string;
+  /**
+   * Makes the claim and the finish wait until `replicas` replicas acknowledged them (`WAIT`).
+   * Fewer within `timeoutMs`: the claim is discarded and fails ({@link NotReplicatedError},
+   * reported by the engine as store unavailable, HTTP 503); a finish throws it (the response
+   * is stored on the primary only: the outcome is indeterminate). Off by default: a failover
+   * may then lose acknowledged claims (docs/reliability.md).
+   */
+  durability?: DurabilityOptions;
+  /**
+   * Commits phases (effects and recorded result in one transaction) in the application's
+   * PostgreSQL instead of after the effects in Redis: `new PostgresPhases({ client: pool })`.
+   * Claims, leases and replays stay in Redis. Without it, phases are not atomic
+   * ({@link NoTransaction}).
+   */
+  phases?: PhaseLedger<Tx>;
+  /**
+   * Answer retries of finished keys with a plain `HGETALL` (and `TIME`, pipelined) before the
+   * claim script: a replay costs native reads instead of a Lua call, a new key one extra
+   * round trip.
+   * @default true
+   */
+  replayFastPath?: boolean;
+}
+
+/** Fewer replicas than `durability.replicas` acknowledged a write within `durability.timeoutMs`. */
+export class NotReplicatedError extends Error {
+  /** Stable code. */
+  readonly code = 'IDEM_REDIS_NOT_REPLICATED';
+  /** Replicas that acknowledged. */
+  readonly acknowledged: number;
+  constructor(what: string, acknowledged: number, wanted: number) {
+    super(`idem/redis: the ${what} was acknowledged by ${acknowledged} of ${wanted} replicas`);
+    this.name = 'NotReplicatedError';
+    this.acknowledged = acknowledged;
+  }
+}
+
+/** How many in-flight index members `listAbandoned` reads per step. */
+const INDEX_PAGE = 500;
+
+/**
+ * The idempotency store on Redis: one hash per (scope, key), every state change one Lua
+ * script (src/redis/scripts.ts), the server's clock for lease and retention.
+ *
+ * In-flight index (for the completer's `listAbandoned`): one sorted set `<prefix>:inflight`
+ * of the keys claimed and not yet finished or discarded. On a single Redis the claim, finish
+ * and discard scripts keep it in the same atomic step. On Cluster it cannot share a slot with
+ * every key (each key has its own hash tag), so the store writes it with its own command right
+ * after the claim script and after finish or discard. A crash between the two leaves the index
+ * short of a key whose handler never started (no request snapshot, nothing for a completer to
+ * run) or holding a finished key (dropped when next listed). The index stays small: only keys
+ * in flight, never the retained history.
+ */
+export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
+  private readonly redis: RedisRunner;
+  private readonly prefix: string;
+  private readonly index: string;
+  private readonly durability: Required<DurabilityOptions> | undefined;
+  private readonly ledger: PhaseLedger<Tx> | undefined;
+  private readonly replayFastPath: boolean;
+
+  /**
+   * @throws {InvalidOptionError} no usable client, a prefix with `{` or `}`, or a bad `durability`
+   */
+  constructor(options: RedisStoreOptions<Tx>) {
+    if (!options?.client) throw new InvalidOptionError('idem/redis: option client is required');
+    try {
+      this.redis = toRunner(options.client);
+    } catch (error) {
+      throw new InvalidOptionError((error as Error).message);
+    }
+    this.prefix = validatePrefix(options.prefix ?? 'idem');
+    this.index = indexKey(this.prefix);
+    this.ledger = options.phases;
+    this.replayFastPath = options.replayFastPath ?? true;
+    if (options.durability) {
+      const { replicas, timeoutMs = 1000 } = options.durability;
+      if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidOptionError('idem/redis: durability.replicas must be an integer >= 1');
+      if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidOptionError('idem/redis: durability.timeoutMs must be an integer >= 1');
+      this.durability = { replicas, timeoutMs };
+    }
+  }
+
+  /** KEYS of a script: hash, token counter, and the index on a single Redis. */
+  private keys(scope: string, key: string): string[] {
+    const h = hashKey(this.prefix, scope, key);
+    return this.redis.cluster ? [h, tokenKey(h)] : [h, tokenKey(h), this.index];
+  }
+
+  async claim(input: ClaimInput): Promise<ClaimResult> {
+    const keys = this.keys(input.scope, input.key);
+    if (this.replayFastPath) {
+      // Replay fast path: a plain HGETALL and the server's TIME, pipelined in one round trip,
+      // answer a retry of a finished key without a script (measured: a Lua call costs the
+      // server about 6x a bare HGETALL). A finished hash only changes by expiring, so this
+      // read cannot be stale in a way that matters; anything else goes to the claim script.
+      const [hash, time] = await Promise.all([this.redis.command(keys[0]!, ['HGETALL', keys[0]!]), this.redis.command(keys[0]!, ['TIME'])]);
+      const f = toFields(hash);
+      const [seconds, micros] = time as [string, string];
+      const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+      if (f.st === KeyState.Done && Number(f.ca) > nowMs - input.retentionMs) {
+        const record = recordOf(input.scope, input.key, 0, f);
+        if (f.fp !== hex(input.fingerprint)) delete record.response; // a mismatch is never replayed
+        return { kind: 'exists', record };
+      }
+    }
+    const member = indexMember(input.scope, input.key);
+    const reply = (await this.redis.script('claim', keys, [
+      hex(input.fingerprint),
+      String(Math.max(0, Math.floor(input.leaseMs))),
+      String(Math.floor(input.retentionMs)),
+      randomUUID(),
+      member,
+    ])) as [string, string, unknown];
+    if (reply[0] === 'claimed') {
+      const token = Number(reply[1]);
+      if (this.redis.cluster) await this.redis.command(this.index, ['ZADD', this.index, String(Date.now()), member]);
+      if (this.durability) {
+        try {
+          await this.wait(keys[0]!, 'claim');
+        } catch (error) {
+          await this.discard({ scope: input.scope, key: input.key, token }).catch(() => undefined);
+          throw error;
+        }
+      }
+      const claimId = String(reply[2]);
+      if (this.ledger) {
+        // The new owner fences the ledger first, so no worker of an earlier claim of this key
+        // (discarded, or past retention) can still commit a phase there.
+        const ref = { scope: input.scope, key: input.key, token };
+        const fenced = await this.ledger.fence(ref, claimId).catch(async (error: unknown) => {
+          await this.discard(ref).catch(() => undefined);
+          throw error;
+        });
+        if (fenced === 'fenced') throw new Error('idem/redis: the phase ledger holds a newer token than a fresh claim (clock or counter reset?)');
+      }
+      return { kind: 'claimed', token, claimId };
+    }
+    return { kind: 'exists', record: toRecord(input.scope, input.key, Number(reply[1]), reply[2] as unknown[]) };
+  }
+
+  async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
+    const reply = (await this.redis.script('takeOver', this.keys(ref.scope, ref.key).slice(0, 2), [
+      String(ref.token),
+      String(Math.max(0, Math.floor(leaseMs))),
+    ])) as [string, unknown[]] | null;
+    if (!reply) return { kind: 'lost' };
+    const f = toFields(reply[1]);
+    const token = Number(reply[0]);
+    const claimId = f.cid ?? '';
+    if (!this.ledger) return { kind: 'taken', token, claimId, recoveryPoint: f.rp ?? 'start', phaseResults: phases(f) };
+    // The ledger is the truth about phases: fence it at the new token, then read them.
+    const taken: KeyRef = { scope: ref.scope, key: ref.key, token };
+    const state = await this.ledger.fence(taken, claimId);
+    if (state === 'fenced') return { kind: 'lost' };
+    if (state.response) {
+      // The finish committed in the ledger but never reached Redis: finish it now; the
+      // engine's next claim attempt replays it.
+      await this.finishInRedis(taken, state.response);
+      return { kind: 'lost' };
+    }
+    return { kind: 'taken', token, claimId, recoveryPoint: state.recoveryPoint, phaseResults: state.phaseResults };
+  }
+
+  /**
+   * Runs `effects` (given {@link NO_TRANSACTION}), THEN records `record(value)` with one fenced
+   * script. Not atomic: when the token is stale the effects have already happened and are not
+   * undone (the result is `fenced`); when `effects` throws nothing is recorded.
+   */
+  async commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>> {
+    if (this.ledger) return this.commitInLedger(this.ledger, ref, record, effects);
+    const value = effects ? await effects(NO_TRANSACTION as Tx) : (undefined as T);
+    const rec = record(value);
+    const keys = this.keys(ref.scope, ref.key);
+    const token = String(ref.token);
+    if (rec.kind === 'phase') {
+      const ok = await this.redis.script('recordPhase', keys.slice(0, 2), [token, rec.phase, JSON.stringify(rec.result ?? null), String(Math.max(0, Math.floor(rec.leaseMs)))]);
+      return ok ? { kind: 'ok', value } : { kind: 'fenced' };
+    }
+    return (await this.finishInRedis(ref, rec.response)) ? { kind: 'ok', value } : { kind: 'fenced' };
+  }
+
+  /** The fenced finish script, the index update on Cluster, and WAIT when `durability` is set. */
+  private async finishInRedis(ref: KeyRef, response: StoredResponse): Promise<boolean> {
+    const keys = this.keys(ref.scope, ref.key);
+    const member = indexMember(ref.scope, ref.key);
+    const ok = await this.redis.script('finish', this.redis.cluster ? [keys[0]!] : keys, [
+      String(ref.token),
+      String(response.status),
+      JSON.stringify(response.headers),
+      Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength).toString('base64'),
+      member,
+    ]);
+    if (!ok) return false;
+    if (this.redis.cluster) await this.redis.command(this.index, ['ZREM', this.index, member]);
+    if (this.durability) await this.wait(keys[0]!, 'finish');
+    return true;
+  }
+
+  /**
+   * A commit with {@link RedisStoreOptions.phases}: effects and record in one ledger
+   * transaction (fenced there), then mirrored to Redis: a phase renews the Redis lease and
+   * shows its recovery point to `get`; a finish stores the response for replays.
+   */
+  private async commitInLedger<T>(ledger: PhaseLedger<Tx>, ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>> {
+    let rec: CommitRecord | undefined;
+    const outcome = await ledger.commit<T>(ref, (value) => (rec = record(value)), effects);
+    if (outcome.kind === 'fenced' || !rec) return outcome;
+    if (rec.kind === 'phase') {
+      const keys = this.keys(ref.scope, ref.key).slice(0, 2);
+      await this.redis.script('recordPhase', keys, [String(ref.token), rec.phase, JSON.stringify(rec.result ?? null), String(Math.max(0, Math.floor(rec.leaseMs)))]);
+      return outcome;
+    }
+    // Committed in the ledger: the response is the key's, even if a takeover in Redis fenced
+    // this worker there meanwhile (that worker finds it in the ledger and finishes Redis).
+    await this.finishInRedis(ref, rec.response);
+    return outcome;
+  }
+
+  async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
+    const ok = await this.redis.script('extendLease', this.keys(ref.scope, ref.key).slice(0, 2), [String(ref.token), String(Math.max(0, Math.floor(leaseMs)))]);
+    return ok ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
+
+  async release(ref: KeyRef): Promise<Fenced<'released'>> {
+    const ended = await this.end(ref, false);
+    return ended.kind === 'ok' ? { kind: 'ok', value: 'released' } : ended;
+  }
+
+  async discard(ref: KeyRef): Promise<Fenced<'released' | 'deleted'>> {
+    return this.end(ref, true);
+  }
+
+  /** Ends the lease (release), or deletes a key on which no phase committed (discard): one script. */
+  private async end(ref: KeyRef, discard: boolean): Promise<Fenced<'released' | 'deleted'>> {
+    const keys = this.keys(ref.scope, ref.key);
+    const member = indexMember(ref.scope, ref.key);
+    const scriptKeys = this.redis.cluster ? [keys[0]!] : [keys[0]!, keys[1]!, keys[2]!];
+    const reply = await this.redis.script('release', scriptKeys, [String(ref.token), discard ? '1' : '0', member]);
+    if (reply !== 'released' && reply !== 'deleted') return { kind: 'fenced' };
+    if (reply === 'deleted' && this.redis.cluster) await this.redis.command(this.index, ['ZREM', this.index, member]);
+    return { kind: 'ok', value: reply };
+  }
+
+  async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
+    const read = await this.read(scope, key, false);
+    if (!read || read.pastRetention(retentionMs)) return undefined;
+    return read.record;
+  }
+
+  async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
+    const snapshot = JSON.stringify({
+      method: request.method,
+      url: request.url,
+      contentType: request.contentType,
+      body: request.body ? Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString('base64') : null,
+    });
+    const ok = await this.redis.script('saveRequest', [hashKey(this.prefix, ref.scope, ref.key)], [String(ref.token), snapshot]);
+    return ok ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
+
+  /**
+   * Reads the in-flight index and each listed key (by the server's clock); drops members whose
+   * key finished or is gone. Costs one read per key in flight, so call it every few seconds,
+   * not per request.
+   */
+  async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
+    const graceMs = Math.max(0, Math.floor(options.graceMs));
+    const found: Array<{ leaseEndMs: number; item: AbandonedKey }> = [];
+    for (let start = 0; ; start += INDEX_PAGE) {
+      const members = (await this.redis.command(this.index, ['ZRANGE', this.index, String(start), String(start + INDEX_PAGE - 1)])) as string[];
+      const stale: string[] = [];
+      await Promise.all(
+        members.map(async (member) => {
+          const ref = parseMember(member);
+          if (!ref) return stale.push(member);
+          const read = await this.read(ref.scope, ref.key, true);
+          if (!read || read.record.state === KeyState.Done) return stale.push(member);
+          const { record, leaseEndMs, nowMs } = read;
+          if (read.pastRetention(options.retentionMs)) return;
+          if (leaseEndMs !== 0 && leaseEndMs > nowMs - graceMs) return;
+          const item: AbandonedKey = { record };
+          if (read.request) item.request = read.request;
+          found.push({ leaseEndMs, item });
+        }),
+      );
+      if (stale.length > 0) {
+        await this.redis.command(this.index, ['ZREM', this.index, ...stale]);
+        start -= stale.length;
+      }
+      if (members.length < INDEX_PAGE) break;
+    }
+    found.sort((a, b) => a.leaseEndMs - b.leaseEndMs);
+    return found.slice(0, Math.max(0, options.limit)).map((f) => f.item);
+  }
+
+  private async read(scope: string, key: string, withRequest: boolean) {
+    const reply = (await this.redis.script('read', [hashKey(this.prefix, scope, key)], [withRequest ? '1' : '0'])) as [string, unknown[]] | null;
+    if (!reply) return undefined;
+    const nowMs = Number(reply[0]);
+    const f = toFields(reply[1]);
+    const record = recordOf(scope, key, nowMs, f);
+    const createdMs = Number(f.ca);
+    return {
+      record,
+      nowMs,
+      leaseEndMs: Number(f.lu ?? 0),
+      request: toSnapshot(f.rq),
+      pastRetention: (retentionMs: number) => createdMs <= nowMs - retentionMs,
+    };
+  }
+
+  /** WAIT for `durability.replicas`; throws {@link NotReplicatedError} when fewer acknowledged. */
+  private async wait(key: string, what: string): Promise<void> {
+    const { replicas, timeoutMs } = this.durability!;
+    const acked = Number(await this.redis.command(key, ['WAIT', String(replicas), String(timeoutMs)]));
+    if (acked < replicas) throw new NotReplicatedError(what, acked, replicas);
+  }
+}
