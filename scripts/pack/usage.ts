@@ -1,7 +1,11 @@
 // Type-checked by scripts/check-pack.sh against the packed tarball's .d.ts files (strict,
 // NodeNext, skipLibCheck off): one use of every subpath in package.json `exports`, and the
-// internals that must stay out of the public types.
+// internals that must stay out of the public types. Uses that need a framework whose own .d.ts
+// fail with skipLibCheck off (@types/koa, @middy/core without @types/aws-lambda, next) are in
+// usage-frameworks.ts, checked with skipLibCheck on.
+import { Controller, Module, Post } from '@nestjs/common';
 import express from 'express';
+import Fastify from 'fastify';
 import { Hono } from 'hono';
 import {
   Completer,
@@ -23,7 +27,20 @@ import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
 import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
 import { captureResponse, credentialScope, replayResponse } from 'idem/http';
+import { idempotency as fastifyIdempotency } from 'idem/fastify';
+import { type HttpIdempotency as KoaCore, type IdempotencyState, type KoaIdempotency, idempotency as koaIdempotency } from 'idem/koa';
+import {
+  type ApiGatewayProxyEventV2,
+  type LambdaContextLike,
+  type MiddyIdempotency,
+  idempotency as middyIdempotency,
+  withIdempotency as withLambdaIdempotency,
+} from 'idem/lambda';
+import { MemoryStore, type MemoryTx } from 'idem/memory';
+import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
+import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
+import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
 declare const sqlClient: SqlClient;
@@ -59,6 +76,62 @@ expressApp.post('/x', idem, (_req, res) => res.json({ key: idem.context(res)?.ke
 const client = new IdempotentClient({ store: new MemoryIntentStore() });
 const fileClient = new IdempotentClient({ store: new FileIntentStore({ dir: '/tmp/idem-intents' }) });
 console.log(client, fileClient);
+
+// Stores: in memory (tests), and Redis through a node-redis-shaped client (the slice of
+// `createClient()` idem calls, declared here so this file needs no Redis package).
+const memoryStore = new MemoryStore();
+const memoryEngine = new IdempotencyEngine<MemoryTx>({ store: memoryStore });
+const swept: number = await memoryStore.sweep({ retentionMs: 86_400_000 });
+interface NodeRedisClient {
+  connect(): Promise<unknown>;
+  sendCommand(args: string[]): Promise<unknown>;
+  quit(): Promise<string>;
+}
+declare const redisClient: NodeRedisClient;
+const redisStore = new RedisStore({ client: redisClient, prefix: 'idem:' });
+const redisEngine = new IdempotencyEngine<NoTransaction>({ store: redisStore, leaseMs: 30_000 });
+const noTx: NoTransaction = NO_TRANSACTION;
+console.log(memoryEngine, swept, memoryStore.size, redisEngine, noTx.atomic);
+
+// Fastify: the plugin on an instance, routes opt in through their config.
+const fastify = Fastify();
+await fastify.register(fastifyIdempotency, { store, required: true });
+fastify.post('/v1/charges', { config: { idempotency: true } }, async (request, reply) => reply.code(201).send({ key: request.idem?.key }));
+
+// Koa: the middleware and its state type (mounted on a Koa app in usage-frameworks.ts).
+const koaMiddleware: KoaIdempotency<Queryable> = koaIdempotency<Queryable>({ store, required: true });
+const koaCore: KoaCore<Queryable> = koaMiddleware.core;
+const koaState: IdempotencyState<Queryable> = { idem: undefined };
+
+// NestJS: the module, @Idempotent() on a route, @IdemContext() on its parameter (applied by
+// hand: this file is compiled without decorator syntax).
+class ChargesController {
+  create(_body: unknown, idem: IdempotencyContext<Queryable> | undefined): { key: string | undefined } {
+    return { key: idem?.key };
+  }
+}
+Post('charges')(ChargesController.prototype, 'create', Object.getOwnPropertyDescriptor(ChargesController.prototype, 'create')!);
+Idempotent({ required: true })(ChargesController.prototype, 'create', Object.getOwnPropertyDescriptor(ChargesController.prototype, 'create')!);
+IdemContext()(ChargesController.prototype, 'create', 1);
+Controller('v1')(ChargesController);
+class AppModule {}
+Module({ imports: [IdempotencyModule.forRoot<Queryable>({ store, required: true })], controllers: [ChargesController] })(AppModule);
+const asyncModule = IdempotencyModule.forRootAsync<Queryable>({ useFactory: () => ({ store }) });
+
+// Next.js App Router: a wrapped route handler (with Next's own NextRequest in usage-frameworks.ts).
+export const POST = withNextIdempotency<Queryable, Request, { params: Promise<{ id: string }> }>({ store, required: true }, async (request, ctx, idem) => {
+  const { id } = await ctx.params;
+  return Response.json({ id, key: idem?.key, path: new URL(request.url).pathname }, { status: 201 });
+});
+
+// AWS Lambda: the wrapped handler, and the Middy middleware.
+export const handler = withLambdaIdempotency<Queryable, ApiGatewayProxyEventV2, LambdaContextLike, { statusCode: number; body: string }>(
+  { store, required: true },
+  async (event, context, idem) => ({ statusCode: 201, body: JSON.stringify({ key: idem?.key, path: event.rawPath, leftMs: context.getRemainingTimeInMillis() }) }),
+);
+// The Middy middleware's hooks (used with @middy/core in usage-frameworks.ts).
+const middyMiddleware: MiddyIdempotency = middyIdempotency<Queryable>({ store, required: true });
+console.log(fastify, koaCore, koaState, AppModule, asyncModule, middyMiddleware.before);
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
