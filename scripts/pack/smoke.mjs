@@ -1,6 +1,7 @@
 // Run by scripts/check-pack.sh inside a scratch project that installed the packed tarball:
 // imports every subpath of idem's package.json `exports` as a user would, checks the root
-// entry stays small, and serves one request twice through idem on PGlite (claim, then replay).
+// entry stays small, and serves one request twice through idem on PGlite (claim, then replay),
+// and once more through the Next.js route wrapper on the in-memory store.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -60,6 +61,23 @@ try {
   assert.equal(runs, 1, 'the handler ran once');
 } finally {
   await db.close();
+}
+
+// The in-memory store behind the Next.js route wrapper (web-standard, no Next needed at run time).
+{
+  let runs = 0;
+  const POST = modules['idem/next'].withIdempotency({ store: new modules['idem/memory'].MemoryStore() }, async (request, _ctx, idem) => {
+    runs++;
+    return Response.json({ key: idem?.key, body: await request.json() }, { status: 201 });
+  });
+  const send = () =>
+    POST(new Request('http://local/api/charges', { method: 'POST', headers: { 'idempotency-key': 'pack-2', 'content-type': 'application/json' }, body: '{"amount":2}' }), {});
+  const first = await send();
+  const second = await send();
+  assert.equal(first.status, 201);
+  assert.equal(second.headers.get(root.REPLAYED_HEADER), 'true');
+  assert.deepEqual(await second.json(), { key: 'pack-2', body: { amount: 2 } });
+  assert.equal(runs, 1, 'the Next route handler ran once on the memory store');
 }
 
 // The Node client's file store loads its optional peer on first use.
