@@ -6,6 +6,7 @@ import type {
   CommitRecord,
   Fenced,
   IdempotencyStore,
+  KeyChanges,
   KeyRecord,
   KeyRef,
   RequestSnapshot,
@@ -17,6 +18,7 @@ import { commitRecord, commitWithEffects } from './commit.js';
 import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
 import { migrate, tableMode } from './migrate.js';
 import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, storeContext } from './options.js';
+import { KeyChangeHub } from './notify.js';
 import { maintain } from './partitions.js';
 import { readRecord } from './responses.js';
 import { snapshotJson, toRecord, toSnapshot } from './rows.js';
@@ -56,7 +58,19 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     this.ctx = storeContext(options);
     this.table = this.ctx.table;
     this.partitioning = this.ctx.partitioning;
+    if (this.ctx.channel) {
+      const hub = new KeyChangeHub(this.ctx.client, this.ctx.channel);
+      this.subscribe = (scope, key) => hub.subscribe(scope, key);
+    }
   }
+
+  /**
+   * Present when the store was made with `notify: true` (wait mode, protocol.md K17): a
+   * subscription to one key's finish, release, discard and takeover, woken by `LISTEN/NOTIFY`.
+   * On a `pg.Pool` one connection per process and pool listens while any subscription is open
+   * (it is checked out of the pool and returned when the last one closes); on PGlite, its `listen`.
+   */
+  readonly subscribe?: (scope: string, key: string) => Promise<KeyChanges>;
 
   /**
    * Creates the table, its index and token sequence if missing, and upgrades a table made by
