@@ -99,6 +99,38 @@ for (const engine of engines) {
       if (engine.name === 'postgres') assert.ok(losersP50 - winnerMs < 500, `losers p50 ${losersP50.toFixed(1)} ms vs winner ${winnerMs.toFixed(1)} ms`);
     });
 
+    test('engine, 32 concurrent duplicates, 25 ms handler: all 32 get the result; losers p50 next to the winner', async (t) => {
+      const { store } = await notifyingStore();
+      const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 } });
+      const warm = await eng.begin({ scope: 's', key: 'warm', fingerprint: fp('w') });
+      if (warm.kind === 'execute') await warm.execution.finish(async () => ({ status: 201, headers: [], body: new Uint8Array([0]) }));
+      let runs = 0;
+      const started = performance.now();
+      const answers = await Promise.all(
+        Array.from({ length: 32 }, async () => {
+          const begun = await eng.begin({ scope: 's', key: 'race', fingerprint: fp('a') });
+          if (begun.kind === 'execute') {
+            runs++;
+            await sleep(25);
+            await begun.execution.finish(async () => ({ status: 201, headers: [], body: new TextEncoder().encode('{"id":"ch_1"}') }));
+            return { winner: true, waited: false, ms: performance.now() - started };
+          }
+          assert.equal(begun.kind, 'replay');
+          assert.equal(begun.kind === 'replay' && new TextDecoder().decode(begun.response.body), '{"id":"ch_1"}');
+          return { winner: false, waited: begun.kind === 'replay' && begun.waitedMs !== undefined, ms: performance.now() - started };
+        }),
+      );
+      assert.equal(runs, 1);
+      const winnerMs = answers.find((a) => a.winner)!.ms;
+      const losers = answers.filter((a) => !a.winner);
+      assert.equal(losers.length, 31);
+      const losersP50 = p50(losers.map((a) => a.ms));
+      t.diagnostic(
+        `${engine.name} engine: winner ${winnerMs.toFixed(1)} ms, losers p50 ${losersP50.toFixed(1)} ms, max ${Math.max(...losers.map((a) => a.ms)).toFixed(1)} ms; ${losers.filter((a) => a.waited).length} of 31 waited`,
+      );
+      assert.ok(losersP50 - winnerMs < 100, `losers p50 ${losersP50.toFixed(1)} ms vs winner ${winnerMs.toFixed(1)} ms`);
+    });
+
     test('the wait ends before the result: 409 with Retry-After, and the waiter read the key three times, not in a loop', async () => {
       const hold = deferred();
       const entered = deferred();
