@@ -67,7 +67,7 @@ echo "== the client stores without their optional peers: a typed error, not a cr
 ')
 
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
-for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic \
+for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
   @types/node @types/pg @types/express @types/write-file-atomic typescript; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"
   ln -s "$ROOT/node_modules/$peer" "$APP/node_modules/$peer"

@@ -4,6 +4,8 @@ import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailab
 import { validateKey } from '../core/key.js';
 import type { IdempotencyStore, KeyChanges, KeyRecord, StoredResponse } from '../store/types.js';
 import { Execution, type IdempotencyEvent, notify } from './execution.js';
+import type { IdempotencyTelemetry, RequestTelemetry } from './telemetry.js';
+import { TracedExecution } from './traced-execution.js';
 
 /** Options of {@link IdempotencyEngine}. */
 export interface EngineOptions<Tx = unknown> {
@@ -45,6 +47,11 @@ export interface EngineOptions<Tx = unknown> {
    * @default { wait: 0 } (no waiting: 409 at once)
    */
   inProgress?: { wait?: number };
+  /**
+   * Traces and metrics of every request: `await openTelemetry()` from `idem/otel` (spans and
+   * metrics named in docs/observability.md), or any {@link IdempotencyTelemetry}.
+   */
+  telemetry?: IdempotencyTelemetry;
 }
 
 /** What a request carries into the engine. */
@@ -93,6 +100,7 @@ export class IdempotencyEngine<Tx = unknown> {
   /** How long a duplicate waits for an in-progress key, in ms; 0: not at all (see `EngineOptions.inProgress`). */
   readonly waitMs: number;
   private readonly onEvent: ((event: IdempotencyEvent) => void) | undefined;
+  private readonly telemetry: IdempotencyTelemetry | undefined;
   private readonly reads = new Map<string, { seen: number; read: Promise<KeyRecord | undefined> }>();
 
   /** @throws {InvalidOptionError} for a missing store or out-of-range durations. */
@@ -115,6 +123,7 @@ export class IdempotencyEngine<Tx = unknown> {
       throw new InvalidOptionError('idem: retentionMs must be longer than maxExecutionMs + leaseMs');
     }
     this.onEvent = options.onEvent;
+    this.telemetry = options.telemetry;
     this.waitMs = options.inProgress?.wait ?? 0;
     if (!(Number.isFinite(this.waitMs) && this.waitMs >= 0 && this.waitMs <= this.leaseMs)) {
       throw new InvalidOptionError('idem: inProgress.wait must be a number of ms from 0 to leaseMs');
@@ -133,6 +142,26 @@ export class IdempotencyEngine<Tx = unknown> {
    * @throws {StoreUnavailableError} the store failed; nothing was claimed (fail closed, conformance 17)
    */
   async begin(input: BeginInput): Promise<BeginResult<Tx>> {
+    if (!this.telemetry) return this.decideKey(input, undefined);
+    const req = this.telemetry.request(input.scope, input.key);
+    const started = performance.now();
+    let begun: BeginResult<Tx>;
+    try {
+      begun = await this.decideKey(input, req);
+    } catch (error) {
+      if (error instanceof StoreUnavailableError) req.outcome('store_unavailable');
+      req.end(undefined, error);
+      throw error;
+    }
+    req.claimed(performance.now() - started);
+    if (begun.kind === 'execute') return begun; // the execution reports its outcome and end
+    if (begun.kind === 'replay') req.outcome(begun.waitedMs === undefined ? 'replayed' : 'waited', { waitedMs: begun.waitedMs });
+    else req.outcome(begun.kind === 'mismatch' ? 'mismatch' : 'in_progress');
+    req.end();
+    return begun;
+  }
+
+  private async decideKey(input: BeginInput, req: RequestTelemetry | undefined): Promise<BeginResult<Tx>> {
     const key = validateKey(input.key);
     const scope = input.scope;
     if (typeof scope !== 'string' || scope.length === 0 || scope.length > MAX_SCOPE_LENGTH) {
@@ -157,7 +186,8 @@ export class IdempotencyEngine<Tx = unknown> {
           : await this.store.claim({ scope, key, fingerprint: input.fingerprint, leaseMs: this.leaseMs, retentionMs: this.retentionMs });
         if (claim.kind === 'claimed') {
           this.emit('claimed', scope, key, claim.token);
-          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}) };
+          req?.outcome('created', { token: claim.token });
+          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req) };
         }
         const record = claim.record;
         const decision = decide(record, input.fingerprint);
@@ -188,7 +218,7 @@ export class IdempotencyEngine<Tx = unknown> {
             continue;
           }
           case 'take-over': {
-            const execution = await this.takeOver({ scope, key, token: record.token });
+            const execution = await this.takeOverWith({ scope, key, token: record.token }, req);
             if (!execution) {
               lostTakeovers++;
               continue;
@@ -236,21 +266,38 @@ export class IdempotencyEngine<Tx = unknown> {
    * @throws whatever the store throws (it is unreachable); nothing was taken over.
    */
   async takeOver(ref: { scope: string; key: string; token: number }): Promise<Execution<Tx> | undefined> {
+    const req = this.telemetry?.request(ref.scope, ref.key);
+    try {
+      const execution = await this.takeOverWith(ref, req);
+      if (!execution) req?.end();
+      return execution;
+    } catch (error) {
+      req?.end(undefined, error);
+      throw error;
+    }
+  }
+
+  private async takeOverWith(ref: { scope: string; key: string; token: number }, req: RequestTelemetry | undefined) {
     const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, this.leaseMs);
     if (taken.kind === 'lost') return undefined;
     this.emit('taken-over', ref.scope, ref.key, taken.token);
-    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults);
+    req?.outcome('taken_over', { token: taken.token });
+    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req);
   }
 
-  private execution(scope: string, key: string, token: number, claimId: string, recoveryPoint: string, results: Record<string, unknown>) {
-    return new Execution<Tx>(
-      this.store,
-      { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent },
-      { scope, key, token },
-      claimId,
-      recoveryPoint,
-      results,
-    );
+  private execution(
+    scope: string,
+    key: string,
+    token: number,
+    claimId: string,
+    recoveryPoint: string,
+    results: Record<string, unknown>,
+    req: RequestTelemetry | undefined,
+  ): Execution<Tx> {
+    const settings = { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent };
+    const ref = { scope, key, token };
+    if (req) return new TracedExecution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results, req);
+    return new Execution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results);
   }
 
   private emit(type: IdempotencyEvent['type'], scope: string, key: string, token?: number): void {
