@@ -20,6 +20,7 @@ import {
   problemResponse,
 } from 'idem';
 import { idempotency, type IdempotencyVariables } from 'idem/hono';
+import type { IdempotencyTelemetry } from 'idem/otel';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
@@ -53,6 +54,13 @@ export interface PaymentsAppOptions {
   completerGraceMs?: number;
   /** idem's protocol events (claimed, taken-over, lease-lost, …), for logs and counters. */
   onEvent?: (event: IdempotencyEvent) => void;
+  /** OpenTelemetry spans and metrics (see otel.ts, `IDEM_OTEL=console`). */
+  telemetry?: IdempotencyTelemetry;
+  /**
+   * Wait mode (protocol.md K17): a duplicate of a charge in progress waits up to this many ms
+   * for its result instead of a 409 (the store then sends NOTIFY). @default 0
+   */
+  waitMs?: number;
 }
 
 type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
@@ -69,7 +77,8 @@ const FORMAT = { stripe: true } as const;
 /** Builds the app. Run `migrate` (store + example tables) before serving. */
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
-  const store = new PostgresStore({ client: db });
+  const waitMs = options.waitMs ?? 0;
+  const store = new PostgresStore({ client: db, notify: waitMs > 0 });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
@@ -88,6 +97,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
     problems: FORMAT,
     storeRequests: options.completer ?? false,
     ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+    ...(options.telemetry ? { telemetry: options.telemetry } : {}),
+    ...(waitMs > 0 ? { inProgress: { wait: waitMs } } : {}),
     // One line per failed attempt; the client gets a 500 problem and its retry resumes.
     onHandlerError: (error) => console.error(`payments: charge attempt failed, lease released: ${(error as Error)?.message ?? error}`),
   };

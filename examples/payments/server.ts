@@ -7,12 +7,15 @@
  * IDEM_COMPLETER_INTERVAL_MS (10000; 0 turns the background completer off; request snapshots
  * are stored either way, for `idem complete`), IDEM_COMPLETER_GRACE_MS (10000: how long after its lease ended a
  * key counts as abandoned, so a client's own retry usually gets there first), IDEM_EVENT_LOG (1: one `idem-event {json}` line per taken-over /
- * lease-lost / discarded event, for chaos runs). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
+ * lease-lost / discarded event, for chaos runs), IDEM_OTEL (console: OpenTelemetry spans and
+ * metrics on stdout, see otel.ts), IDEM_WAIT_MS (0: a duplicate of a charge in progress waits
+ * this long for its result instead of a 409). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
  * are test-only faults (see app.ts).
  */
 import { serve } from '@hono/node-server';
 import { createPaymentsApp, migrate } from './app.js';
 import { type Database, openDatabase } from './db.js';
+import { setupTelemetry } from './otel.js';
 import { FakePsp } from './psp.js';
 import type { IdempotencyEvent } from 'idem';
 
@@ -29,6 +32,7 @@ try {
     latencyMs: Number(env.PSP_LATENCY_MS ?? 50),
     failureRate: Number(env.PSP_FAILURE_RATE ?? 0),
   });
+  const otel = await setupTelemetry(env);
   const completerIntervalMs = Number(env.IDEM_COMPLETER_INTERVAL_MS ?? 10_000);
   if (!(completerIntervalMs >= 0)) throw new Error('IDEM_COMPLETER_INTERVAL_MS must be a number of ms >= 0');
   const { app, completer } = createPaymentsApp({
@@ -43,6 +47,8 @@ try {
     completer: true,
     completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
     ...(env.IDEM_EVENT_LOG === '1' ? { onEvent: logEvent } : {}),
+    ...(otel ? { telemetry: otel.telemetry } : {}),
+    waitMs: Number(env.IDEM_WAIT_MS ?? 0),
   });
   // Finishes charges whose client never retried (see src/http/completer.ts).
   if (completerIntervalMs > 0) completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
@@ -68,7 +74,7 @@ Try:
       stopping = true;
       server.close(() => {
         void completer?.stop();
-        opened.close().finally(() => process.exit(0));
+        Promise.all([otel?.shutdown(), opened.close()]).finally(() => process.exit(0));
       });
       setTimeout(() => process.exit(0), 3000).unref();
     });
