@@ -15,6 +15,7 @@ import type {
 import { claim, takeOver } from './claim.js';
 import type { Queryable } from './client.js';
 import { commitRecord, commitWithEffects } from './commit.js';
+import { type DashboardData, dashboard, dashboardInspect } from './dashboard.js';
 import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
 import { migrate, tableMode } from './migrate.js';
 import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, storeContext } from './options.js';
@@ -25,6 +26,7 @@ import { snapshotJson, toRecord, toSnapshot } from './rows.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
 
 export { DEFAULT_INLINE_MAX_BYTES, type PartitionOptions, type PostgresStoreOptions } from './options.js';
+export type { DashboardData, DashboardKey } from './dashboard.js';
 export type { KeyInspection, StoreStats } from './inspect.js';
 export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './sweep.js';
 
@@ -197,5 +199,20 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    */
   stats(retentionMs: number = DEFAULT_RETENTION_MS): Promise<StoreStats> {
     return stats(this.ctx, retentionMs);
+  }
+
+  /**
+   * What `idem dashboard` shows: {@link stats}, keys of the last 24 h by hour and state, and up
+   * to `limit` stuck, oldest and past-retention keys. Read-only; no bodies, no credentials.
+   * @param retentionMs @default 86_400_000 (24 h)
+   * @param limit rows per list @default 20
+   */
+  dashboard(retentionMs: number = DEFAULT_RETENTION_MS, limit = 20): Promise<DashboardData> {
+    return dashboard(this.ctx, retentionMs, limit);
+  }
+
+  /** {@link inspect} for the dashboard: phase names instead of phase results (which may hold business data). */
+  dashboardInspect(scope: string, key: string, retentionMs: number = DEFAULT_RETENTION_MS) {
+    return dashboardInspect(this.ctx, scope, key, retentionMs);
   }
 }
