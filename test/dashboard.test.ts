@@ -15,7 +15,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { chromium } from 'playwright-core';
 import { startDashboard } from '../src/cli/dashboard.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
-import { PostgresStore } from '../src/postgres/index.js';
+import { type DashboardData, PostgresStore } from '../src/postgres/index.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CHROMIUM = '/usr/bin/chromium';
@@ -52,7 +52,7 @@ describe('idem dashboard', () => {
     const dash = await startDashboard({ store, port: 0 });
     try {
       const base = dash.url.replace(/\/$/, '');
-      const overview = await (await fetch(`${base}/api/overview`)).json();
+      const overview = (await (await fetch(`${base}/api/overview`)).json()) as DashboardData;
       assert.equal(overview.stats.total, 12);
       assert.equal(overview.stats.abandoned, 1);
       assert.equal(overview.stats.expiredUnswept, 1);
@@ -64,7 +64,7 @@ describe('idem dashboard', () => {
         overview.pastRetention.map((k: { key: string }) => k.key),
         ['order-2'],
       );
-      assert.equal(overview.oldest[0].key, 'order-1');
+      assert.equal(overview.oldest[0]?.key, 'order-1');
       assert.ok(overview.timeline.length >= 2);
       const inspected = await (await fetch(`${base}/api/inspect?scope=tenant:acme&key=order-0`)).text();
       assert.ok(!inspected.includes(SECRET_BODY), 'no body in the inspector');
@@ -117,7 +117,7 @@ describe('idem dashboard', () => {
       assert.match(inspected, /lease\s*none/);
       await page.fill('#inspect input[name=key]', 'order-0');
       await page.click('#inspect button');
-      await page.waitForFunction(() => document.querySelector('#inspected')?.textContent?.includes('201'));
+      await page.waitForFunction("document.querySelector('#inspected')?.textContent?.includes('201')");
       assert.ok(!(await page.content()).includes(SECRET_BODY), 'no body anywhere on the page');
       const shot = process.env.IDEM_UPDATE_SCREENSHOT === '1' ? join(ROOT, 'docs', 'dashboard.png') : join(tmpdir(), `idem-dashboard-${process.pid}.png`);
       await page.screenshot({ path: shot, fullPage: true });
@@ -145,7 +145,7 @@ describe('idem dashboard', () => {
         });
         child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
       });
-      const overview = await (await fetch(`${url}api/overview`)).json();
+      const overview = (await (await fetch(`${url}api/overview`)).json()) as DashboardData;
       assert.equal(overview.stats.total, 0);
       assert.equal(overview.table, 'idempotency_keys');
       const exited = new Promise((resolve) => child.on('exit', resolve));
