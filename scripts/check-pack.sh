@@ -66,8 +66,16 @@ echo "== the client stores without their optional peers: a typed error, not a cr
   console.log("MissingDependencyError for write-file-atomic and idb-keyval");
 ')
 
+echo "== idem/otel without @opentelemetry/api: a typed error from openTelemetry(), not a crash at import"
+(cd "$APP" && node --input-type=module -e '
+  import assert from "node:assert/strict";
+  import { openTelemetry } from "idem/otel";
+  await assert.rejects(openTelemetry(), (error) => error.code === "IDEM_MISSING_DEPENDENCY" && error.dependency === "@opentelemetry/api");
+  console.log("MissingDependencyError for @opentelemetry/api");
+')
+
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
-for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic \
+for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
   @types/node @types/pg @types/express @types/write-file-atomic typescript; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"
   ln -s "$ROOT/node_modules/$peer" "$APP/node_modules/$peer"

@@ -20,6 +20,7 @@ import {
   problemResponse,
 } from 'idem';
 import { idempotency, type IdempotencyVariables } from 'idem/hono';
+import type { IdempotencyTelemetry } from 'idem/otel';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import type { IdempotencyStore } from 'idem';
 import { FakePsp } from './psp.js';
@@ -65,6 +66,13 @@ export interface PaymentsAppOptions {
    * store, each of idem's statements). @default 5000
    */
   storeTimeoutMs?: number;
+  /** OpenTelemetry spans and metrics (see otel.ts, `IDEM_OTEL=console`). */
+  telemetry?: IdempotencyTelemetry;
+  /**
+   * Wait mode (protocol.md K17): a duplicate of a charge in progress waits up to this many ms
+   * for its result instead of a 409 (the store then sends NOTIFY). @default 0
+   */
+  waitMs?: number;
 }
 
 type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
@@ -100,8 +108,9 @@ const PROBLEM_DOCS = {
 /** Builds the app. Run `migrate` (store + example tables) before serving. */
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
+  const waitMs = options.waitMs ?? 0;
   // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
-  const store = options.store ?? new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000 });
+  const store = options.store ?? new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000, notify: waitMs > 0 });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
@@ -120,6 +129,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
     problems: FORMAT,
     storeRequests: options.completer ?? false,
     ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+    ...(options.telemetry ? { telemetry: options.telemetry } : {}),
+    ...(waitMs > 0 ? { inProgress: { wait: waitMs } } : {}),
     // One line per failed attempt; the client gets a 500 problem and its retry resumes.
     onHandlerError: (error) => console.error(`payments: charge attempt failed, lease released: ${(error as Error)?.message ?? error}`),
   };

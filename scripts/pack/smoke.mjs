@@ -37,7 +37,9 @@ const db = await PGlite.create();
 try {
   const store = new modules['idem/postgres'].PostgresStore({ client: db });
   await store.migrate();
-  const http = new root.HttpIdempotency({ store });
+  // idem/otel loads @opentelemetry/api lazily; with no SDK registered its spans are no-ops.
+  const telemetry = await modules['idem/otel'].openTelemetry();
+  const http = new root.HttpIdempotency({ store, telemetry });
   let runs = 0;
   const send = () =>
     http.handle(

@@ -23,13 +23,16 @@ import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
 import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
 import { captureResponse, credentialScope, replayResponse } from 'idem/http';
+import { openTelemetry } from 'idem/otel';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
 declare const sqlClient: SqlClient;
 
 const store: IdempotencyStore<Queryable> = new PostgresStore({ client: sqlClient });
-const engine = new IdempotencyEngine<Queryable>({ store, leaseMs: 30_000 });
+const engine = new IdempotencyEngine<Queryable>({ store, leaseMs: 30_000, telemetry: await openTelemetry() });
+const waiting = new IdempotencyEngine<Queryable>({ store: new PostgresStore({ client: sqlClient, notify: true }), inProgress: { wait: 5_000 } });
+console.log(waiting.waitMs);
 const begun = await engine.begin({ scope: 'jobs', key: 'job-1', fingerprint: fingerprint({ method: 'JOB', path: 'invoice', body: null }) });
 if (begun.kind === 'execute') {
   const execution: Execution<Queryable> = begun.execution;

@@ -18,6 +18,7 @@ import type { SqlClient } from '../postgres/client.js';
 /** What `idem complete --app <module>` calls: the app's completer on the CLI's connection. */
 export type CreateCompleter = (context: { client: SqlClient; table: string }) => Completer<any> | Promise<Completer<any>>; // any: the app picks its transaction type
 import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
+import { type Dashboard, startDashboard } from './dashboard.js';
 
 /** Options every command takes. */
 interface ConnectionOptions {
@@ -125,7 +126,7 @@ const count = (n: number) => n.toLocaleString('en-US');
  */
 export function buildProgram(io: CliIo = defaultIo): Command {
   const program = new Command('idem')
-    .description('Operate idem\'s idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, complete abandoned keys, partitions.')
+    .description('Operate idem\'s idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, a dashboard page, complete abandoned keys, partitions.')
     .version(VERSION)
     .showHelpAfterError('(run idem --help for usage)')
     .configureOutput({ writeOut: (s) => io.out(s.replace(/\n$/, '')), writeErr: (s) => io.err(s.replace(/\n$/, '')) });
@@ -312,6 +313,35 @@ export function buildProgram(io: CliIo = defaultIo): Command {
         },
         { mustExist: true, daysAhead: options.daysAhead },
       );
+    });
+
+  // ---- dashboard ------------------------------------------------------------------------
+  withConnection(program.command('dashboard'))
+    .description('serve a read-only page over the key table: keys by state over time, stuck keys, oldest, past retention, partitions, a key inspector')
+    .addOption(new Option('--port <port>', 'port to listen on (0: any free port)').default(7117).argParser((v) => (v === '0' ? 0 : positiveInteger('--port')(v))))
+    .addOption(new Option('--host <address>', 'address to listen on; anything but loopback needs --token').default('127.0.0.1'))
+    .addOption(new Option('--token <token>', 'required of every request (Authorization: Bearer, or ?token=)').env('IDEM_DASHBOARD_TOKEN'))
+    .addOption(retentionOption())
+    .action(async (options: ConnectionOptions & { port: number; host: string; token?: string; retention: number }) => {
+      await withStore(options, async (store) => {
+        let dashboard: Dashboard;
+        try {
+          dashboard = await startDashboard({ store, host: options.host, port: options.port, token: options.token, retentionMs: options.retention });
+        } catch (error) {
+          throw new CliError(describeError(error));
+        }
+        io.out(`idem dashboard on ${dashboard.url} (read-only; Ctrl-C stops it)`);
+        await new Promise<void>((resolve) => {
+          const stop = () => {
+            process.off('SIGINT', stop);
+            process.off('SIGTERM', stop);
+            resolve();
+          };
+          process.on('SIGINT', stop);
+          process.on('SIGTERM', stop);
+        });
+        await dashboard.close();
+      });
     });
 
   // ---- complete -------------------------------------------------------------------------

@@ -18,6 +18,7 @@ export type IdempotencyEvent = {
   type:
     | 'claimed'
     | 'replayed'
+    | 'waited'
     | 'mismatch'
     | 'in-progress'
     | 'taken-over'
@@ -34,6 +35,8 @@ export type IdempotencyEvent = {
   phase?: string;
   /** The fencing token held, where there is one. */
   token?: number;
+  /** `waited` (a duplicate that waited for the result, protocol.md K17): how long it waited, in ms. */
+  waitedMs?: number;
 };
 
 /**

@@ -15,6 +15,7 @@
 import { blobStatements, blobTableStatement } from './sql/blobs.js';
 import { claimStatements, partitionedClaimStatements } from './sql/claim.js';
 import { completerStatements } from './sql/completer.js';
+import { dashboardStatements } from './sql/dashboard.js';
 import { fencedStatements } from './sql/fenced.js';
 import { inspectStatements } from './sql/inspect.js';
 import { migrateStatements, tableKind } from './sql/migrate.js';
@@ -61,6 +62,11 @@ export interface Statements {
   saveRequest: string;
   listAbandoned: string;
   discardAbandoned: string;
+  /** sql/dashboard.ts */
+  dashboardTimeline: string;
+  dashboardStuck: string;
+  dashboardOldest: string;
+  dashboardPastRetention: string;
 }
 
 /**
@@ -101,6 +107,7 @@ export function statements(table: string): Statements {
     ...blobStatements(names),
     ...inspectStatements(names),
     ...completerStatements(names),
+    ...dashboardStatements(names),
   };
 }
 

@@ -105,6 +105,29 @@ export type CommitRecord =
   | { kind: 'finish'; response: StoredResponse };
 
 /**
+ * A subscription to changes of one key (see {@link IdempotencyStore.subscribe}): resolves
+ * {@link KeyChanges.next} when a finish, release, discard or takeover of the key committed after
+ * the subscription became active. A change that arrived between two `next` calls is kept, so
+ * none is missed between a read and the wait that follows it.
+ */
+export interface KeyChanges {
+  /**
+   * Waits for the next change of the key, at most `timeoutMs` ms.
+   * @returns `true` when the key changed (read it again), `false` on timeout or when `signal` aborted
+   */
+  next(timeoutMs: number, signal?: AbortSignal): Promise<boolean>;
+  /** Ends the subscription; idempotent. */
+  close(): void;
+  /**
+   * How many change notifications (of any key of the store) this process has received so far,
+   * counting a lost notification channel as one. A read of the store issued while `seen` had
+   * the value it has now reflects every change this subscription could have missed, so the
+   * waiters of one process may share it.
+   */
+  readonly seen: number;
+}
+
+/**
  * The storage behind idem: one row per (scope, key). Expected outcomes are result unions;
  * only failures of the store itself throw. Every method after `claim` is fenced by the
  * token: a worker whose token is stale changes nothing and gets `{ kind: 'fenced' }`.
@@ -184,4 +207,14 @@ export interface IdempotencyStore<Tx = unknown> {
    * @returns `ok` when deleted, `fenced` when the key changed.
    */
   discardAbandoned?(ref: KeyRef): Promise<Fenced>;
+
+  /**
+   * Optional (wait mode, protocol.md K17). Subscribes to changes of one key: every finish,
+   * release, discard and takeover of it, by any process sharing the store, wakes the
+   * subscription once committed. Resolves once the subscription is active, so the caller
+   * subscribes first, reads the key, then waits: a change committed after the read is never
+   * missed. A store without it cannot serve `inProgress.wait`. Spurious wake-ups are allowed
+   * (the caller reads again); a wake-up that never comes only costs the caller its wait.
+   */
+  subscribe?(scope: string, key: string): Promise<KeyChanges>;
 }
