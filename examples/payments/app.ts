@@ -1,6 +1,6 @@
 /**
  * The example payments API: a Stripe-like `POST /v1/charges` protected by idem, with three
- * atomic phases (seed step 4):
+ * atomic phases (protocol.md K4):
  *   1. `charge_created`: insert the local charge row, committed with the recovery point;
  *   2. `psp_charged`: call the payment provider with a key derived from the client's key,
  *      and record its answer;
@@ -215,7 +215,7 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
   app.get(DOCS_URL, (c) => c.json({ problems: PROBLEM_DOCS }));
 
   // Tenant = the API key (`Authorization: Bearer <key>`). Only its hash is kept anywhere.
-  // Authentication runs before idem, so a 401 leaves no trace (conformance 3).
+  // Authentication runs before idem, so a 401 leaves no trace (protocol.md H3).
   app.use('/v1/charges/*', authenticate);
   app.use('/v1/charges', authenticate);
 

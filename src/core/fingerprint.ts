@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 
-/** What the fingerprint is computed from (conformance 7). */
+/** What the fingerprint is computed from (protocol.md H7). */
 export interface FingerprintInput {
   /** HTTP method; compared upper-cased. */
   method: string;
@@ -35,7 +35,7 @@ export interface FingerprintInput {
 type BodyForm = 'empty' | 'json' | 'form' | 'raw';
 
 /**
- * SHA-256 fingerprint of a request, 32 bytes (seed step 2; conformance 7).
+ * SHA-256 fingerprint of a request, 32 bytes (protocol.md K2; protocol.md H7).
  *
  * Covers method, route path, the query with its pairs sorted, the selected headers and the
  * canonical body:

@@ -20,13 +20,12 @@ export interface EngineOptions<Tx = unknown> {
   leaseMs?: number;
   /**
    * Retention in ms, counted from the claim; replays do not extend it. A row past retention
-   * counts as absent (conformance 18).
+   * counts as absent (protocol.md H18).
    * @default 86_400_000 (24 h)
    */
   retentionMs?: number;
   /**
-   * Heartbeat period in ms: the lease is extended this often while work runs (conformance
-   * 16). `0` turns it off.
+   * Heartbeat period in ms: the lease is extended this often while work runs (protocol.md H16). `0` turns it off.
    * @default leaseMs / 3
    */
   heartbeatMs?: number;
@@ -56,7 +55,7 @@ export interface EngineOptions<Tx = unknown> {
 
 /** What a request carries into the engine. */
 export interface BeginInput {
-  /** Tenant / API credential the key belongs to, 1-255 characters (conformance 6). */
+  /** Tenant / API credential the key belongs to, 1-255 characters (protocol.md H6). */
   scope: string;
   /** The client's idempotency key, 1-255 printable ASCII characters. */
   key: string;
@@ -77,7 +76,7 @@ export type BeginResult<Tx = unknown> =
 
 /**
  * The idempotency protocol, independent of HTTP: claim, decide, take over, and hand out an
- * {@link Execution} to run atomic phases and finish (seed steps 3-5).
+ * {@link Execution} to run atomic phases and finish (protocol.md K3-K5).
  *
  * @example
  * ```ts
@@ -134,12 +133,11 @@ export class IdempotencyEngine<Tx = unknown> {
   }
 
   /**
-   * Claims the key or decides what to do with the existing one (seed steps 3 and "Decision
-   * logic"): mismatch → replay → in progress → take over, mismatch checked first.
+   * Claims the key or decides what to do with the existing one (protocol.md K3): mismatch → replay → in progress → take over, mismatch checked first.
    *
    * @throws {InvalidKeyError} the key is not 1-255 printable ASCII characters
    * @throws {InvalidScopeError} the scope is not a 1-255 character string
-   * @throws {StoreUnavailableError} the store failed; nothing was claimed (fail closed, conformance 17)
+   * @throws {StoreUnavailableError} the store failed; nothing was claimed (fail closed, protocol.md H17)
    */
   async begin(input: BeginInput): Promise<BeginResult<Tx>> {
     if (!this.telemetry) return this.decideKey(input, undefined);
@@ -257,7 +255,7 @@ export class IdempotencyEngine<Tx = unknown> {
 
   /**
    * Takes over a `started` key found abandoned (a completer's work item, issue 4): a
-   * compare-and-set on `ref.token`, exactly as a retry takes over (seed statement 3). The
+   * compare-and-set on `ref.token`, exactly as a retry takes over (protocol.md Q3). The
    * execution resumes after the last committed phase, with the key's claim id, so derived
    * keys of downstream calls stay the same.
    *

@@ -93,7 +93,7 @@ export class HttpIdempotency<Tx = unknown> {
 
   /**
    * Decides what to do with a request before its handler runs: parse the key, resolve the
-   * scope, fingerprint the raw body, claim (seed steps 2-3). Every protocol outcome is a
+   * scope, fingerprint the raw body, claim (protocol.md K2-K3). Every protocol outcome is a
    * response (400 key, 422 mismatch, 409 in progress, 503 store unavailable).
    *
    * @throws {InvalidScopeError} or whatever the `scope` resolver throws (a bug in the app;

@@ -1,5 +1,5 @@
 /**
- * RFC 9457 problem details for every error idem itself produces (conformance 20): valid JSON,
+ * RFC 9457 problem details for every error idem itself produces (protocol.md H20): valid JSON,
  * `status` equal to the HTTP status, one `type` per condition. Optionally with a Stripe-style
  * `error` extension member, which Stripe's SDKs read (stripe-node resolves a non-2xx JSON
  * response without an `error` member as if it were a success).

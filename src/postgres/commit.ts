@@ -33,7 +33,7 @@ export async function commitWithEffects<T>(
   try {
     const value = await ctx.db.transaction(async (tx) => {
       const value = await effects(tx);
-      // The fenced write comes last (seed statement 4): zero rows means another worker took
+      // The fenced write comes last (protocol.md Q4): zero rows means another worker took
       // the key over while the effects ran; throwing rolls the effects back with it.
       if (!(await write(ctx, tx, ref, record(value), (blob) => (external = blob)))) throw FENCED;
       return value;

@@ -9,7 +9,7 @@
  * milliseconds (`$n::int8 * interval '1 millisecond'`).
  *
  * Fencing: every write after the claim carries `lock_version = $token` in its WHERE clause
- * (seed statements 3-5). Zero rows back means another worker holds a newer token; the caller
+ * (protocol.md Q3-Q5). Zero rows back means another worker holds a newer token; the caller
  * rolls back whatever it did in the same transaction.
  */
 import { blobStatements, blobTableStatement } from './sql/blobs.js';
@@ -92,7 +92,7 @@ export interface PartitionedStatements {
 }
 
 /**
- * Builds the statements for `table` (default `idempotency_keys`, the seed's name).
+ * Builds the statements for `table` (default `idempotency_keys`, the name protocol.md uses).
  * @throws {Error} for an invalid or too long table name
  */
 export function statements(table: string): Statements {
@@ -112,7 +112,7 @@ export function statements(table: string): Statements {
 }
 
 /**
- * Partitioned mode (seed: "partition by created_at, drop whole partitions"): the table is
+ * Partitioned mode (protocol.md K16): the table is
  * range-partitioned by `created_at`, one partition per UTC day named `<table>_pYYYYMMDD`,
  * created ahead of time; retention drops whole partitions, so expiry leaves no dead tuples.
  *

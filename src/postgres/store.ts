@@ -31,7 +31,7 @@ export type { KeyInspection, StoreStats } from './inspect.js';
 export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './sweep.js';
 
 /**
- * The PostgreSQL store: one row per (scope, key) in `idempotency_keys` (seed, "Code").
+ * The PostgreSQL store: one row per (scope, key) in `idempotency_keys` (protocol.md Q1-Q6).
  * Works on `pg.Pool` and PGlite. The transaction handle given to local effects is a
  * {@link Queryable} on the same connection as the fenced write.
  *
@@ -166,7 +166,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   }
 
   /**
-   * Deletes rows past retention (seed step 6): rows created at or before `now() - retentionMs`
+   * Deletes rows past retention (protocol.md K6): rows created at or before `now() - retentionMs`
    * (database clock, fixed when the sweep starts) whose lease is not valid. A plain table is
    * swept in batches by key range, oldest first, skipping rows locked right now; a partitioned
    * one by dropping each partition whose whole day is past retention (one statement each,

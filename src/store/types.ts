@@ -2,7 +2,7 @@ import type { KeyState } from '../core/constants.js';
 
 /**
  * A response as stored and replayed: status, allow-listed headers (lower-case names, in
- * order; a name may repeat) and the exact body bytes (conformance 8).
+ * order; a name may repeat) and the exact body bytes (protocol.md H8).
  */
 export interface StoredResponse {
   status: number;
@@ -21,7 +21,7 @@ export interface KeyRef {
   token: number;
 }
 
-/** An existing key row, as read on the conflict path (seed statement 2). */
+/** An existing key row, as read on the conflict path (protocol.md Q2). */
 export interface KeyRecord {
   scope: string;
   key: string;
@@ -71,7 +71,7 @@ export interface AbandonedKey {
   request?: RequestSnapshot;
 }
 
-/** Input of a claim (seed step 3). */
+/** Input of a claim (protocol.md K3). */
 export interface ClaimInput {
   scope: string;
   key: string;
@@ -138,39 +138,39 @@ export interface KeyChanges {
 export interface IdempotencyStore<Tx = unknown> {
   /**
    * Inserts the key as `started` with a lease, committed on its own so concurrent duplicates
-   * see it at once (seed statement 1). A row past retention is replaced as if absent.
-   * On conflict returns the existing row (seed statement 2).
+   * see it at once (protocol.md Q1). A row past retention is replaced as if absent.
+   * On conflict returns the existing row (protocol.md Q2).
    */
   claim(input: ClaimInput): Promise<ClaimResult>;
 
   /**
    * Takes over a `started` key whose lease expired, only if its token is still `expectedToken`
-   * (seed statement 3). The new token is higher than every token handed out before for
+   * (protocol.md Q3). The new token is higher than every token handed out before for
    * this key.
    */
   takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult>;
 
   /**
    * Runs `effects` and records `record(value)` in one transaction, fenced by `ref.token`
-   * (seed steps 4-5). If the token is stale the effects are rolled back and the result is
+   * (protocol.md K4-K5). If the token is stale the effects are rolled back and the result is
    * `fenced`. If `effects` throws, everything is rolled back and the error propagates.
    */
   commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
   /** A commit with no local effects: records `record(undefined)` alone, fenced by `ref.token`. */
   commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced>;
 
-  /** Extends the lease to `now() + leaseMs` (the heartbeat, conformance 16). */
+  /** Extends the lease to `now() + leaseMs` (the heartbeat, protocol.md H16). */
   extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced>;
 
   /**
    * Ends this worker's lease without finishing, keeping the recovery point, so the next retry
-   * takes over at once and resumes (conformance 10).
+   * takes over at once and resumes (protocol.md H10).
    */
   release(ref: KeyRef): Promise<Fenced<'released'>>;
 
   /**
    * Deletes a key on which no phase has committed: the request was rejected before work
-   * started and the client may fix it and retry with the same key (seed, "What gets stored").
+   * started and the client may fix it and retry with the same key (protocol.md K10).
    * A key with a committed phase is released instead (see {@link release}), never deleted.
    */
   discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>>;
