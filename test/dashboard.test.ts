@@ -132,7 +132,11 @@ describe('idem dashboard', () => {
   test('the CLI: `idem dashboard --port 0` prints its URL, serves, and stops on SIGTERM', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'idem-dash-'));
     try {
-      const run = (args: string[]) => spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/cli/main.ts'), ...args, '--data-dir', dir], { cwd: ROOT, env: { ...process.env, DATABASE_URL: '' } });
+      const run = (args: string[]) =>
+        spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src/cli/main.ts'), ...args, '--data-dir', dir], {
+          cwd: ROOT,
+          env: { ...process.env, DATABASE_URL: '' },
+        });
       const migrate = run(['migrate']);
       assert.equal(await new Promise((resolve) => migrate.on('exit', resolve)), 0);
       const child = run(['dashboard', '--port', '0']);

@@ -145,7 +145,11 @@ describe('idem/otel (docs/observability.md)', () => {
     await sleep(250);
     const fresh = await engine.begin({ scope: 's', key: 'f-1', fingerprint: fp('a') });
     assert.equal(fresh.kind, 'execute');
-    if (stale.kind === 'execute') await assert.rejects(stale.execution.phase('late', async () => 1), LeaseLostError);
+    if (stale.kind === 'execute')
+      await assert.rejects(
+        stale.execution.phase('late', async () => 1),
+        LeaseLostError,
+      );
     const fenced = requestSpans().find((s) => s.attributes['idem.execution.end'] === 'fenced');
     assert.ok(fenced);
     assert.equal(fenced.status.code, api.SpanStatusCode.ERROR);
@@ -162,7 +166,10 @@ describe('idem/otel (docs/observability.md)', () => {
       },
     } as unknown as IdempotencyStore<Queryable>;
     const http = new HttpIdempotency<Queryable>({ store: broken, telemetry });
-    const res = await http.handle(new Request('http://api.test/v1/x', { method: 'POST', headers: { 'idempotency-key': 'u-1' }, body: '{}' }), async () => new Response('never'));
+    const res = await http.handle(
+      new Request('http://api.test/v1/x', { method: 'POST', headers: { 'idempotency-key': 'u-1' }, body: '{}' }),
+      async () => new Response('never'),
+    );
     assert.equal(res.status, 503);
     const request = lastRequest();
     assert.equal(request.attributes['idem.outcome'], 'store_unavailable');

@@ -75,7 +75,10 @@ for (const engine of engines) {
         Array(32).fill(201),
         'all 32 got the result',
       );
-      assert.ok(answers.every((a) => a.body === answers[0]!.body), 'byte-identical bodies');
+      assert.ok(
+        answers.every((a) => a.body === answers[0]!.body),
+        'byte-identical bodies',
+      );
       const winners = answers.filter((a) => a.replayed === null);
       const losers = answers.filter((a) => a.replayed === 'true');
       assert.equal(winners.length, 1);

@@ -11,19 +11,12 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import {
-  Completer,
-  HttpIdempotency,
-  type IdempotencyEvent,
-  type IdempotencyContext,
-  type IdempotencyOptions,
-  problemResponse,
-} from 'idem';
+import { Completer, HttpIdempotency, type IdempotencyEvent, type IdempotencyContext, type IdempotencyOptions, problemResponse } from 'idem';
 import { idempotency, type IdempotencyVariables } from 'idem/hono';
 import type { IdempotencyTelemetry } from 'idem/otel';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import type { IdempotencyStore } from 'idem';
-import { FakePsp } from './psp.js';
+import type { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
 import { parseChargeRequest } from './validate.js';
 
@@ -209,7 +202,14 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
       await withDeadline(db.query('SELECT 1'), readyTimeoutMs);
       return c.json({ ok: true, database_ms: Math.round(performance.now() - started) });
     } catch (error) {
-      return problem(503, 'not-ready', 'Database not ready', `The database did not answer within ${readyTimeoutMs} ms: ${(error as Error)?.message ?? error}`, undefined, { 'retry-after': '1' });
+      return problem(
+        503,
+        'not-ready',
+        'Database not ready',
+        `The database did not answer within ${readyTimeoutMs} ms: ${(error as Error)?.message ?? error}`,
+        undefined,
+        { 'retry-after': '1' },
+      );
     }
   });
   app.get(DOCS_URL, (c) => c.json({ problems: PROBLEM_DOCS }));

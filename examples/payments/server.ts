@@ -60,7 +60,8 @@ try {
     waitMs: Number(env.IDEM_WAIT_MS ?? 0),
   });
   // Finishes charges whose client never retried (see src/http/completer.ts).
-  if (completerIntervalMs > 0) completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
+  if (completerIntervalMs > 0)
+    completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
   const opened = db;
   const claims = redis;
   const server = serve({ fetch: app.fetch, port, hostname: host }, (info) => {

@@ -24,7 +24,18 @@ const root = modules.idem;
 for (const name of ['IdempotencyEngine', 'HttpIdempotency', 'Completer', 'fingerprint', 'deriveKey', 'IdempotencyError', 'KeyState', 'problemResponse']) {
   assert.ok(name in root, `idem exports ${name}`);
 }
-for (const name of ['decide', 'captureResponse', 'replayResponse', 'idemProblem', 'mediaType', 'parseIdempotencyKey', 'sameFingerprint', 'MAX_KEY_LENGTH', 'Execution', 'IdempotencyContext']) {
+for (const name of [
+  'decide',
+  'captureResponse',
+  'replayResponse',
+  'idemProblem',
+  'mediaType',
+  'parseIdempotencyKey',
+  'sameFingerprint',
+  'MAX_KEY_LENGTH',
+  'Execution',
+  'IdempotencyContext',
+]) {
   assert.ok(!(name in root), `idem does not export ${name} at run time`);
 }
 assert.ok(Object.keys(root).length <= 32, `the root entry stays small (${Object.keys(root).length} names)`);

@@ -40,7 +40,8 @@ const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
   const host = options.host ?? '127.0.0.1';
   const token = options.token;
-  if (!LOOPBACK.has(host) && !token) throw new Error(`--host ${host} is not a loopback address: set --token (or IDEM_DASHBOARD_TOKEN) so the page is not open to anyone`);
+  if (!LOOPBACK.has(host) && !token)
+    throw new Error(`--host ${host} is not a loopback address: set --token (or IDEM_DASHBOARD_TOKEN) so the page is not open to anyone`);
   const retentionMs = options.retentionMs ?? 86_400_000;
   const store = options.store;
 

@@ -109,7 +109,10 @@ export class UnknownKeyIdError extends IdempotencyError {
   /** The key id the stored response names. */
   readonly keyId: string;
   constructor(keyId: string) {
-    super(ErrorCode.UnknownKeyId, `The stored response is encrypted with key id ${JSON.stringify(keyId)}, which is not configured; add it to \`keys\` to replay it`);
+    super(
+      ErrorCode.UnknownKeyId,
+      `The stored response is encrypted with key id ${JSON.stringify(keyId)}, which is not configured; add it to \`keys\` to replay it`,
+    );
     this.keyId = keyId;
   }
 }

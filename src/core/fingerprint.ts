@@ -142,7 +142,10 @@ export function parsePointer(pointer: string): string[] {
     throw new TypeError(`Not a JSON pointer (RFC 6901): ${JSON.stringify(pointer)}`);
   }
   if (pointer === '') return [];
-  return pointer.slice(1).split('/').map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
+  return pointer
+    .slice(1)
+    .split('/')
+    .map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
 }
 
 /** Removes the member or element at `path` from a parsed JSON value, in place, if it is there. */
@@ -156,7 +159,7 @@ function removeAt(root: unknown, path: string[]): void {
   const last = path[path.length - 1]!;
   if (Array.isArray(node)) {
     if (/^(0|[1-9][0-9]*)$/.test(last) && Number(last) < node.length) node.splice(Number(last), 1);
-  } else if (node !== null && typeof node === 'object' && Object.prototype.hasOwnProperty.call(node, last)) {
+  } else if (node !== null && typeof node === 'object' && Object.hasOwn(node, last)) {
     delete (node as Record<string, unknown>)[last];
   }
 }

@@ -119,7 +119,7 @@ export class Execution<Tx = unknown> {
 
   /** True when the phase `name` has committed (in this or an earlier attempt). */
   completed(name: string): boolean {
-    return Object.prototype.hasOwnProperty.call(this.results, name);
+    return Object.hasOwn(this.results, name);
   }
 
   /** The recorded result of phase `name`, or `undefined` if it has not completed. */

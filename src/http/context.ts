@@ -1,5 +1,5 @@
 import type { Execution } from '../engine/execution.js';
-import { type ResponseCapture } from './response.js';
+import type { ResponseCapture } from './response.js';
 
 /**
  * What a protected handler receives: the {@link Execution} of this request's key, plus the

@@ -189,10 +189,7 @@ export class HttpIdempotency<Tx = unknown> {
    *
    * @param handler receives the rebuilt request and the context (`undefined` when unprotected)
    */
-  async handle(
-    request: Request,
-    handler: (request: Request, context: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>,
-  ): Promise<Response> {
+  async handle(request: Request, handler: (request: Request, context: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>): Promise<Response> {
     if (!this.protects(request.method)) return handler(request, undefined);
     const body = request.body ? new Uint8Array(await request.arrayBuffer()) : null;
     const rebuilt = new Request(request.url, { method: request.method, headers: request.headers, body });
@@ -339,7 +336,9 @@ export class HttpIdempotency<Tx = unknown> {
   }
 
   private storeUnavailable(): { kind: 'respond'; response: Response } {
-    return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', { 'retry-after': '1' });
+    return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', {
+      'retry-after': '1',
+    });
   }
 
   private leaseLost(): Response {

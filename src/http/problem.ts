@@ -66,13 +66,7 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
  * @param status the HTTP status, repeated as `status` in the body
  * @param headers extra headers, e.g. `Retry-After`
  */
-export function idemProblem(
-  kind: ProblemKind,
-  status: number,
-  detail: string,
-  format: ProblemFormat = {},
-  headers: Record<string, string> = {},
-): Response {
+export function idemProblem(kind: ProblemKind, status: number, detail: string, format: ProblemFormat = {}, headers: Record<string, string> = {}): Response {
   const parts = idemProblemParts(kind, status, detail, format, headers);
   return new Response(parts.text, { status, headers: parts.headers });
 }

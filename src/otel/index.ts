@@ -66,7 +66,11 @@ export function telemetryFrom(api: typeof Api, options: OpenTelemetryOptions = {
   return {
     request(scope: string, key: string): RequestTelemetry {
       const parent = api.context.active();
-      const span = tracer.startSpan('idem.request', { kind: api.SpanKind.INTERNAL, attributes: keyAttributes ? { 'idem.key': key, 'idem.scope': scope } : {} }, parent);
+      const span = tracer.startSpan(
+        'idem.request',
+        { kind: api.SpanKind.INTERNAL, attributes: keyAttributes ? { 'idem.key': key, 'idem.scope': scope } : {} },
+        parent,
+      );
       const inside = api.trace.setSpan(parent, span);
       let executingSince: number | undefined;
       let ended = false;
@@ -87,7 +91,11 @@ export function telemetryFrom(api: typeof Api, options: OpenTelemetryOptions = {
           active.add(1);
         },
         async span<T>(kind: 'phase' | 'call' | 'finish', name: string, fn: () => Promise<T>): Promise<T> {
-          const child = tracer.startSpan(kind === 'finish' ? 'idem.finish' : `idem.${kind} ${name}`, { attributes: { 'idem.operation': kind, 'idem.phase': name } }, inside);
+          const child = tracer.startSpan(
+            kind === 'finish' ? 'idem.finish' : `idem.${kind} ${name}`,
+            { attributes: { 'idem.operation': kind, 'idem.phase': name } },
+            inside,
+          );
           try {
             return await api.context.with(api.trace.setSpan(inside, child), fn);
           } catch (error) {

@@ -16,7 +16,12 @@ export async function commitRecord(ctx: StoreContext, ref: KeyRef, rec: CommitRe
   if (rec.kind === 'phase' || rec.response.body.length <= ctx.inlineMaxBytes) {
     return (await write(ctx, undefined, ref, rec)) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
-  return commitWithEffects(ctx, ref, () => rec, async () => undefined);
+  return commitWithEffects(
+    ctx,
+    ref,
+    () => rec,
+    async () => undefined,
+  );
 }
 
 /**
@@ -53,13 +58,7 @@ export async function commitWithEffects<T>(
  * COMMIT; `onExternalBlob` learns of a blob written outside the transaction.
  * @returns false when fenced (no row matched the token)
  */
-async function write(
-  ctx: StoreContext,
-  tx: Queryable | undefined,
-  ref: KeyRef,
-  rec: CommitRecord,
-  onExternalBlob?: (blob: BlobRef) => void,
-): Promise<boolean> {
+async function write(ctx: StoreContext, tx: Queryable | undefined, ref: KeyRef, rec: CommitRecord, onExternalBlob?: (blob: BlobRef) => void): Promise<boolean> {
   const run = (text: string, params: unknown[]) => (tx ? ctx.db.queryOn(tx, text, params) : ctx.db.query(text, params));
   if (rec.kind === 'phase') {
     const result = await run(ctx.sql.recordPhase, [ref.scope, ref.key, ref.token, rec.phase, JSON.stringify(rec.result ?? null), rec.leaseMs]);

@@ -67,7 +67,12 @@ export async function dashboard(ctx: StoreContext, retentionMs: number, limit: n
 }
 
 /** The dashboard's key inspector: `inspect` with the phase results left out (they may hold business data). */
-export async function dashboardInspect(ctx: StoreContext, scope: string, key: string, retentionMs: number): Promise<Omit<KeyInspection, 'phaseResults'> & { phases: string[] } | undefined> {
+export async function dashboardInspect(
+  ctx: StoreContext,
+  scope: string,
+  key: string,
+  retentionMs: number,
+): Promise<(Omit<KeyInspection, 'phaseResults'> & { phases: string[] }) | undefined> {
   const found = await inspect(ctx, scope, key, retentionMs);
   if (!found) return undefined;
   const { phaseResults, ...rest } = found;

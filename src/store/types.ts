@@ -83,9 +83,7 @@ export interface ClaimInput {
 }
 
 /** Outcome of a claim: this worker owns the key, or the key already exists. */
-export type ClaimResult =
-  | { kind: 'claimed'; token: number; claimId: string }
-  | { kind: 'exists'; record: KeyRecord };
+export type ClaimResult = { kind: 'claimed'; token: number; claimId: string } | { kind: 'exists'; record: KeyRecord };
 
 /** Outcome of a takeover attempt. */
 export type TakeOverResult =
@@ -100,9 +98,7 @@ export type Fenced<T = void> = { kind: 'ok'; value: T } | { kind: 'fenced' };
  * What a commit records together with its local effects: either an atomic phase's recovery
  * point and result (the lease is renewed), or the final response (state `done`, lease cleared).
  */
-export type CommitRecord =
-  | { kind: 'phase'; phase: string; result: unknown; leaseMs: number }
-  | { kind: 'finish'; response: StoredResponse };
+export type CommitRecord = { kind: 'phase'; phase: string; result: unknown; leaseMs: number } | { kind: 'finish'; response: StoredResponse };
 
 /**
  * A subscription to changes of one key (see {@link IdempotencyStore.subscribe}): resolves
