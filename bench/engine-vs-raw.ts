@@ -72,7 +72,11 @@ const replayKeys = Array.from({ length: 1000 }, () => randomUUID());
 for (const key of replayKeys) {
   const begun = await engine.begin({ scope: 's', key, fingerprint: fp });
   if (begun.kind === 'execute') await begun.execution.finish({ status: 201, headers: [], body });
-  await pool.query(`INSERT INTO raw_${table} (scope, key, fingerprint, state, response_status, response_body) VALUES ('s', $1, $2, 'done', 201, $3)`, [key, fp, body]);
+  await pool.query(`INSERT INTO raw_${table} (scope, key, fingerprint, state, response_status, response_body) VALUES ('s', $1, $2, 'done', 201, $3)`, [
+    key,
+    fp,
+    body,
+  ]);
 }
 const rawReplay = () =>
   run('raw replay (PK read)', async (i) => {

@@ -42,7 +42,9 @@ export async function httpLevel(cfg: BenchConfig, log: (line: string) => void): 
           ['behind idem, new keys', r.idemNew],
           ['behind idem, replays', r.idemReplay],
         ] as const) {
-          lines.push(`| ${framework} | ${label} | ${fmtRate(st.opsPerSec)} | ${fmtMs(st.p50Ms)} / ${fmtMs(st.p99Ms)} | ${ratio(st.opsPerSec, r.bare.opsPerSec)} | ${fmtNoise(st.noise)} |`);
+          lines.push(
+            `| ${framework} | ${label} | ${fmtRate(st.opsPerSec)} | ${fmtMs(st.p50Ms)} / ${fmtMs(st.p99Ms)} | ${ratio(st.opsPerSec, r.bare.opsPerSec)} | ${fmtNoise(st.noise)} |`,
+          );
         }
         headline[`HTTP ${framework}: replay / bare handler`] = ratio(r.idemReplay.opsPerSec, r.bare.opsPerSec);
       } finally {
@@ -55,7 +57,7 @@ export async function httpLevel(cfg: BenchConfig, log: (line: string) => void): 
   }
   lines.push(
     '',
-    'A new key costs two commits (the claim, then the response), so behind idem a new request is bound by the database\'s commit rate, not by the framework; compare it with the library-level raw new request above, not with the bare handler.',
+    "A new key costs two commits (the claim, then the response), so behind idem a new request is bound by the database's commit rate, not by the framework; compare it with the library-level raw new request above, not with the bare handler.",
   );
   return { title: 'HTTP level: bare handler vs behind idem', markdown: lines.join('\n'), headline };
 }

@@ -150,7 +150,10 @@ export async function postgresLibrary(cfg: BenchConfig, log: (line: string) => v
         const key = `('p' || :client_id || '-' || :r)`;
         const newScript = [
           `\\set r random(1, 1000000000000)`,
-          inlineParams(sql.claim, { 1: `'${SCOPE}'`, 2: key, 3: `'\\x${'07'.repeat(32)}'::bytea`, 4: String(LEASE_MS), 5: String(RETENTION_MS) }).replace(/\s+/g, ' ') + ';',
+          inlineParams(sql.claim, { 1: `'${SCOPE}'`, 2: key, 3: `'\\x${'07'.repeat(32)}'::bytea`, 4: String(LEASE_MS), 5: String(RETENTION_MS) }).replace(
+            /\s+/g,
+            ' ',
+          ) + ';',
           // pgbench cannot capture a row with NULL columns (\gset), so the token is the
           // session's last value of the token sequence: the one this claim just drew.
           inlineParams(sql.finish, {

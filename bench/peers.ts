@@ -91,7 +91,9 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
   ];
   for (const r of rows) {
     if (r.error && !r.fresh) {
-      lines.push(`| ${r.label} | failed: ${r.error} | | | | | ${r.runs.join(', ')} | ${r.runs.length && r.runs.every((n) => n === 1) ? 'yes' : 'no'} | ${[...r.statuses].join(', ')} |`);
+      lines.push(
+        `| ${r.label} | failed: ${r.error} | | | | | ${r.runs.join(', ')} | ${r.runs.length && r.runs.every((n) => n === 1) ? 'yes' : 'no'} | ${[...r.statuses].join(', ')} |`,
+      );
       continue;
     }
     const correct = r.runs.every((n) => n === 1);

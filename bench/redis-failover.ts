@@ -78,7 +78,9 @@ async function rerunCount(port: number, prefix: string, keys: string[]): Promise
     const store = new RedisStore({ client, prefix });
     let rerun = 0;
     for (let i = 0; i < keys.length; i += 256) {
-      const batch = await Promise.all(keys.slice(i, i + 256).map((key) => store.claim({ scope: 'fo', key, fingerprint: fp, leaseMs: 60_000, retentionMs: 3_600_000 })));
+      const batch = await Promise.all(
+        keys.slice(i, i + 256).map((key) => store.claim({ scope: 'fo', key, fingerprint: fp, leaseMs: 60_000, retentionMs: 3_600_000 })),
+      );
       rerun += batch.filter((r) => r.kind === 'claimed').length;
     }
     return rerun;
@@ -87,11 +89,12 @@ async function rerunCount(port: number, prefix: string, keys: string[]): Promise
   }
 }
 
-const killed = (p: ChildProcess) => new Promise<void>((resolve) => {
-  if (p.exitCode !== null || p.signalCode !== null) return resolve();
-  p.once('exit', () => resolve());
-  p.kill('SIGKILL');
-});
+const killed = (p: ChildProcess) =>
+  new Promise<void>((resolve) => {
+    if (p.exitCode !== null || p.signalCode !== null) return resolve();
+    p.once('exit', () => resolve());
+    p.kill('SIGKILL');
+  });
 
 const exec = promisify(execFile);
 const freePort = () =>
@@ -125,7 +128,9 @@ async function startPair(dir: string) {
   await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', () => resolve()));
   const relayPort = (relay.address() as { port: number }).port;
   const server = (port: number, args: string[]) =>
-    spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--dbfilename', `d${port}.rdb`, '--save', '', ...args], { stdio: 'ignore' });
+    spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--dbfilename', `d${port}.rdb`, '--save', '', ...args], {
+      stdio: 'ignore',
+    });
   const primary = server(primaryPort, []);
   await waitUntil(primaryPort, 'PING', 'PONG');
   const replica = server(replicaPort, ['--replicaof', '127.0.0.1', String(relayPort)]);
@@ -146,7 +151,10 @@ async function startPair(dir: string) {
 
 async function waitUntil(port: number, command: string, expected: string): Promise<void> {
   for (let i = 0; i < 600; i++) {
-    const out = await exec('redis-cli', ['-p', String(port), command]).then((r) => r.stdout, () => '');
+    const out = await exec('redis-cli', ['-p', String(port), command]).then(
+      (r) => r.stdout,
+      () => '',
+    );
     if (out.includes(expected)) return;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -185,7 +193,10 @@ async function replicaTrial(durability?: DurabilityOptions, stallMs = 0): Promis
 async function aofTrial(fsync: 'always' | 'everysec'): Promise<Trial> {
   const dir = await mkdtemp(join(tmpdir(), 'idem-aof-'));
   const port = 20000 + Math.floor(Math.random() * 30000);
-  const start = () => spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', fsync], { stdio: 'ignore' });
+  const start = () =>
+    spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', fsync], {
+      stdio: 'ignore',
+    });
   // Answers PING with PONG only once the AOF is loaded.
   const ready = () => waitUntil(port, 'PING', 'PONG');
   let server = start();
@@ -224,12 +235,16 @@ const table = [
   `| setup | trials | acknowledged claims | keys that run again | worst trial | claims/s (c=${CONCURRENCY}) |`,
   '|---|---|---|---|---|---|',
   await rows('primary + replica, async replication (no `durability`), SIGKILL + `REPLICAOF NO ONE`', () => replicaTrial()),
-  await rows('primary + replica, `durability: { replicas: 1, timeoutMs: 1000 }` (WAIT), SIGKILL + promote', () => replicaTrial({ replicas: 1, timeoutMs: 1000 })),
+  await rows('primary + replica, `durability: { replicas: 1, timeoutMs: 1000 }` (WAIT), SIGKILL + promote', () =>
+    replicaTrial({ replicas: 1, timeoutMs: 1000 }),
+  ),
   await rows('same, async, replication link stalled for the last 300 ms before the primary dies', () => replicaTrial(undefined, 300)),
   await rows('same, WAIT (timeoutMs 200), replication link stalled for the last 300 ms', () => replicaTrial({ replicas: 1, timeoutMs: 200 }, 300)),
   await rows('one server, AOF `appendfsync always`, SIGKILL + restart', () => aofTrial('always')),
   await rows('one server, AOF `appendfsync everysec`, SIGKILL + restart', () => aofTrial('everysec')),
 ];
-console.log(`Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC with \`npx tsx bench/redis-failover.ts --trials ${TRIALS} --ms ${RUN_MS}\` (redis-server ${process.env.REDIS_VERSION ?? '7.0'}, loopback, ${CONCURRENCY} claim loops, primary killed ${RUN_MS} ms into the stream):\n`);
+console.log(
+  `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC with \`npx tsx bench/redis-failover.ts --trials ${TRIALS} --ms ${RUN_MS}\` (redis-server ${process.env.REDIS_VERSION ?? '7.0'}, loopback, ${CONCURRENCY} claim loops, primary killed ${RUN_MS} ms into the stream):\n`,
+);
 console.log(table.join('\n'));
 process.exit(0);

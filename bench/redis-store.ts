@@ -44,28 +44,44 @@ const cases = (c: number) => {
   const ms = SECONDS * 1000;
   return {
     'new: idem': () =>
-      closedLoop(async () => {
-        const begun = await engine.begin({ scope: 'bench', key: randomUUID(), fingerprint: fp });
-        if (begun.kind !== 'execute') throw new Error(`unexpected ${begun.kind}`);
-        await begun.execution.finish(response);
-      }, c, ms),
+      closedLoop(
+        async () => {
+          const begun = await engine.begin({ scope: 'bench', key: randomUUID(), fingerprint: fp });
+          if (begun.kind !== 'execute') throw new Error(`unexpected ${begun.kind}`);
+          await begun.execution.finish(response);
+        },
+        c,
+        ms,
+      ),
     'new: raw': () =>
-      closedLoop(async () => {
-        const key = `${prefix}:raw:${randomUUID()}`;
-        const ok = String(await client.sendCommand(['SET', key, '1', 'NX', 'PX', '86400000']));
-        if (ok !== 'OK') throw new Error('lost the claim');
-        await client.sendCommand(['HSET', `${key}:r`, 'st', 'done', 'rs', '201', 'rh', '[["content-type","application/json"]]', 'rb', bodyB64]);
-      }, c, ms),
+      closedLoop(
+        async () => {
+          const key = `${prefix}:raw:${randomUUID()}`;
+          const ok = String(await client.sendCommand(['SET', key, '1', 'NX', 'PX', '86400000']));
+          if (ok !== 'OK') throw new Error('lost the claim');
+          await client.sendCommand(['HSET', `${key}:r`, 'st', 'done', 'rs', '201', 'rh', '[["content-type","application/json"]]', 'rb', bodyB64]);
+        },
+        c,
+        ms,
+      ),
     'replay: idem': () =>
-      closedLoop(async (i) => {
-        const begun = await engine.begin({ scope: 'bench', key: `r${i % REPLAY_KEYS}`, fingerprint: fp });
-        if (begun.kind !== 'replay') throw new Error(`unexpected ${begun.kind}`);
-      }, c, ms),
+      closedLoop(
+        async (i) => {
+          const begun = await engine.begin({ scope: 'bench', key: `r${i % REPLAY_KEYS}`, fingerprint: fp });
+          if (begun.kind !== 'replay') throw new Error(`unexpected ${begun.kind}`);
+        },
+        c,
+        ms,
+      ),
     'replay: raw': () =>
-      closedLoop(async (i) => {
-        const r = await client.sendCommand(['HGETALL', `${prefix}:raw:r${i % REPLAY_KEYS}`]);
-        if (!r) throw new Error('missing');
-      }, c, ms),
+      closedLoop(
+        async (i) => {
+          const r = await client.sendCommand(['HGETALL', `${prefix}:raw:r${i % REPLAY_KEYS}`]);
+          if (!r) throw new Error('missing');
+        },
+        c,
+        ms,
+      ),
   };
 };
 
@@ -80,7 +96,9 @@ for (const c of [1, 16, 64]) {
     console.error(line);
   }
 }
-console.log(`Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC with \`npx tsx bench/redis-store.ts --seconds ${SECONDS} --rounds ${ROUNDS}\` (node-redis, one connection, Redis on loopback):\n`);
+console.log(
+  `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC with \`npx tsx bench/redis-store.ts --seconds ${SECONDS} --rounds ${ROUNDS}\` (node-redis, one connection, Redis on loopback):\n`,
+);
 console.log(lines.join('\n'));
 
 // Clean up this run's keys.

@@ -29,7 +29,9 @@ import { haveServerBinaries, startCluster } from './lib/pg-cluster.js';
 const USAGE = `Usage: npx tsx bench/replication.ts [--keys 300] [--lag-after 0.5] [--no-write]`;
 let values: { keys?: string; 'lag-after'?: string; 'no-write'?: boolean; help?: boolean };
 try {
-  ({ values } = parseArgs({ options: { keys: { type: 'string' }, 'lag-after': { type: 'string' }, 'no-write': { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } }));
+  ({ values } = parseArgs({
+    options: { keys: { type: 'string' }, 'lag-after': { type: 'string' }, 'no-write': { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+  }));
 } catch (error) {
   console.error(`${(error as Error).message}\n${USAGE}`);
   process.exit(2);
@@ -62,11 +64,18 @@ const psp = new Map<string, number>();
 function app(pool: pg.Pool) {
   const http = new HttpIdempotency<Queryable>({ store: new PostgresStore({ client: pool, storeTimeoutMs: 10_000 }), onHandlerError: () => undefined });
   return (key: string) =>
-    http.handle(new Request('http://bench/v1/charges', { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: '{"amount":100}' }), async (_req, idem) => {
-      await idem!.phase('charge_created', async (tx) => tx.query('INSERT INTO charges (key) VALUES ($1)', [idem!.key]));
-      await idem!.call('psp_charged', async () => psp.set(idem!.key, (psp.get(idem!.key) ?? 0) + 1).get(idem!.key));
-      return new Response('{"status":"succeeded"}', { status: 201, headers: { 'content-type': 'application/json' } });
-    });
+    http.handle(
+      new Request('http://bench/v1/charges', {
+        method: 'POST',
+        headers: { 'idempotency-key': key, 'content-type': 'application/json' },
+        body: '{"amount":100}',
+      }),
+      async (_req, idem) => {
+        await idem!.phase('charge_created', async (tx) => tx.query('INSERT INTO charges (key) VALUES ($1)', [idem!.key]));
+        await idem!.call('psp_charged', async () => psp.set(idem!.key, (psp.get(idem!.key) ?? 0) + 1).get(idem!.key));
+        return new Response('{"status":"succeeded"}', { status: 201, headers: { 'content-type': 'application/json' } });
+      },
+    );
 }
 
 async function measure(mode: Figures['mode']): Promise<Figures> {

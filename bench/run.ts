@@ -18,7 +18,10 @@ import { type BenchConfig, config } from './lib/config.js';
 import type { Section } from './lib/fixtures.js';
 
 const cfg = config(process.argv.slice(2));
-const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',');
+const only = process.argv
+  .find((a) => a.startsWith('--only='))
+  ?.slice(7)
+  .split(',');
 const started = performance.now();
 const log = (line: string) => console.log(`[${((performance.now() - started) / 1000).toFixed(1).padStart(6)} s] ${line}`);
 
@@ -26,13 +29,17 @@ async function machine(): Promise<string> {
   const client = new pg.Client({ connectionString: cfg.databaseUrl });
   await client.connect();
   const version = (await client.query('SELECT version() AS v')).rows[0].v as string;
-  const settings = (await client.query(`SELECT name, setting, unit FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'max_connections')`)).rows
+  const settings = (
+    await client.query(`SELECT name, setting, unit FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'max_connections')`)
+  ).rows
     .map((r) => `${r.name}=${r.setting}${r.unit ? ` ${r.unit}` : ''}`)
     .join(', ');
   await client.end();
   let pgbenchVersion = 'not installed';
   try {
-    pgbenchVersion = execFileSync(process.env.PGBENCH ?? 'pgbench', ['--version']).toString().trim();
+    pgbenchVersion = execFileSync(process.env.PGBENCH ?? 'pgbench', ['--version'])
+      .toString()
+      .trim();
   } catch {
     // reported as not installed
   }
@@ -45,7 +52,10 @@ async function machine(): Promise<string> {
   const cpus = os.cpus();
   return [
     `- OS: ${os.type()} ${os.release()} (${os.arch()})`,
-    `- CPU: ${cpus.length} × ${cpus[0]?.model ?? 'unknown'}; memory ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB; load average at start ${os.loadavg().map((l) => l.toFixed(2)).join(' / ')}`,
+    `- CPU: ${cpus.length} × ${cpus[0]?.model ?? 'unknown'}; memory ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB; load average at start ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' / ')}`,
     `- Node.js ${process.version}`,
     `- PostgreSQL: ${version} (${settings}), on the same machine over TCP 127.0.0.1`,
     `- pgbench: ${pgbenchVersion}`,

@@ -154,7 +154,9 @@ try {
       max: r.latencies.at(-1) ?? NaN,
       errors: r.errors,
     };
-    log(`${name.padEnd(14)} ${s.claims} claims, ${s.perS}/s, p50 ${s.p50.toFixed(2)} ms, p99 ${s.p99.toFixed(2)} ms, max ${s.max.toFixed(1)} ms, errors ${s.errors}`);
+    log(
+      `${name.padEnd(14)} ${s.claims} claims, ${s.perS}/s, p50 ${s.p50.toFixed(2)} ms, p99 ${s.p99.toFixed(2)} ms, max ${s.max.toFixed(1)} ms, errors ${s.errors}`,
+    );
     return s;
   };
 
@@ -189,20 +191,30 @@ try {
     if (r.code !== 0) throw new Error(`sweeper ${n} exited ${r.code}: ${r.err}`);
     const report = JSON.parse(r.out) as { deleted: number; batches: number; durationMs: number; droppedPartitions: string[] };
     deletedBySweepers += report.deleted;
-    log(`sweeper ${n}: deleted ${report.deleted}, ${report.batches} batches, ${report.durationMs} ms${report.droppedPartitions.length ? `, dropped ${report.droppedPartitions.join(', ')}` : ''}`);
+    log(
+      `sweeper ${n}: deleted ${report.deleted}, ${report.batches} batches, ${report.durationMs} ms${report.droppedPartitions.length ? `, dropped ${report.droppedPartitions.join(', ')}` : ''}`,
+    );
   }
 
   const after = await counts();
   log(`after: ${JSON.stringify(after)}`);
   const exact = after.expired === 0 && deletedBySweepers === before.expired && after.live === before.live;
   console.log('');
-  console.log(`mode ${MODE}; ${before.expired.toLocaleString()} expired + ${before.live.toLocaleString()} live rows; ${SWEEPERS} sweeper(s), batch ${BATCH}; ${CONCURRENCY} claimers`);
+  console.log(
+    `mode ${MODE}; ${before.expired.toLocaleString()} expired + ${before.live.toLocaleString()} live rows; ${SWEEPERS} sweeper(s), batch ${BATCH}; ${CONCURRENCY} claimers`,
+  );
   console.log(`sweep wall time        ${(sweepMs / 1000).toFixed(1)} s; rows deleted ${deletedBySweepers.toLocaleString()} (sum over sweepers)`);
   console.log(`expired rows           before ${before.expired.toLocaleString()}, after ${after.expired}`);
-  console.log(`live rows              before ${before.live.toLocaleString()}, after ${after.live.toLocaleString()}; claimed during the run: ${after.claimed.toLocaleString()}`);
+  console.log(
+    `live rows              before ${before.live.toLocaleString()}, after ${after.live.toLocaleString()}; claimed during the run: ${after.claimed.toLocaleString()}`,
+  );
   console.log(`exactly the expired rows removed, none twice: ${exact ? 'yes' : 'NO'}`);
-  console.log(`claim p50              before ${beforeStats.p50.toFixed(2)} ms, during ${duringStats.p50.toFixed(2)} ms, ratio ${(duringStats.p50 / beforeStats.p50).toFixed(2)}`);
-  console.log(`claim p99              before ${beforeStats.p99.toFixed(2)} ms, during ${duringStats.p99.toFixed(2)} ms, ratio ${(duringStats.p99 / beforeStats.p99).toFixed(2)}`);
+  console.log(
+    `claim p50              before ${beforeStats.p50.toFixed(2)} ms, during ${duringStats.p50.toFixed(2)} ms, ratio ${(duringStats.p50 / beforeStats.p50).toFixed(2)}`,
+  );
+  console.log(
+    `claim p99              before ${beforeStats.p99.toFixed(2)} ms, during ${duringStats.p99.toFixed(2)} ms, ratio ${(duringStats.p99 / beforeStats.p99).toFixed(2)}`,
+  );
   console.log(`claim throughput       before ${beforeStats.perS}/s, during ${duringStats.perS}/s`);
   if (!exact) process.exitCode = 1;
 } finally {

@@ -41,7 +41,7 @@ echo "runtime dependencies: $DEPS"
 for dep in $DEPS; do
   case "$dep" in
     commander | cli-progress | ms | idb-keyval | write-file-atomic | pg | @electric-sql/pglite | hono | express | \
-      fastify | koa | next | @nestjs/* | rxjs | reflect-metadata | @middy/* | redis | @redis/* | ioredis)
+      fastify | koa | next | @nestjs/* | rxjs | reflect-metadata | @middy/* | redis | @redis/* | ioredis | @opentelemetry/*)
       echo "check-pack: $dep must not be a runtime dependency" >&2
       exit 1
       ;;
@@ -69,8 +69,16 @@ echo "== the client stores without their optional peers: a typed error, not a cr
   console.log("MissingDependencyError for write-file-atomic and idb-keyval");
 ')
 
+echo "== idem/otel without @opentelemetry/api: a typed error from openTelemetry(), not a crash at import"
+(cd "$APP" && node --input-type=module -e '
+  import assert from "node:assert/strict";
+  import { openTelemetry } from "idem/otel";
+  await assert.rejects(openTelemetry(), (error) => error.code === "IDEM_MISSING_DEPENDENCY" && error.dependency === "@opentelemetry/api");
+  console.log("MissingDependencyError for @opentelemetry/api");
+')
+
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
-for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic \
+for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
   fastify koa @nestjs/common @nestjs/core rxjs reflect-metadata next @middy/core \
   @types/node @types/pg @types/express @types/koa @types/write-file-atomic typescript; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"

@@ -9,7 +9,12 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const chaos = (args: string[], env: Record<string, string>) =>
-  spawnSync(process.execPath, ['--import', 'tsx', 'bench/chaos/run.ts', ...args], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', timeout: 60_000 });
+  spawnSync(process.execPath, ['--import', 'tsx', 'bench/chaos/run.ts', ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
 
 for (const env of [{ DATABASE_URL: '' }, { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' }]) {
   it(`--help and -h print usage and exit 0 (DATABASE_URL ${env.DATABASE_URL ? 'set' : 'unset'})`, () => {

@@ -22,11 +22,23 @@ const SHORT: Omit<ChaosOptions, 'databaseUrl' | 'mode'> = {
 };
 
 describe('chaos (short run)', { skip: SKIP }, () => {
-  it('idem holds every invariant under crashes, cut connections, frozen workers and PSP failures; the naive baseline double-charges', { timeout: 300_000 }, async () => {
+  it('idem holds every invariant under crashes, cut connections, frozen workers and PSP failures; the naive baseline double-charges', {
+    timeout: 300_000,
+  }, async () => {
     const idem = await runChaos({ ...SHORT, databaseUrl: url!, mode: 'idem' });
     // The naive baseline needs no help to fail: concurrent duplicates and PSP failures alone
     // double-charge, so it runs without the slow faults, to keep CI short.
-    const naive = await runChaos({ ...SHORT, intents: 16, duplicateRate: 0.5, pspFailureRate: 0.2, killEveryMs: 0, pauseEveryMs: 0, cutEveryMs: 0, databaseUrl: url!, mode: 'naive' });
+    const naive = await runChaos({
+      ...SHORT,
+      intents: 16,
+      duplicateRate: 0.5,
+      pspFailureRate: 0.2,
+      killEveryMs: 0,
+      pauseEveryMs: 0,
+      cutEveryMs: 0,
+      databaseUrl: url!,
+      mode: 'naive',
+    });
     const table = figuresTable(idem, naive);
     assert.deepEqual(idem.violations, [], `idem invariants violated:\n${table}`);
     assert.equal(idem.duplicates.psp, 0, 'one PSP charge per intent');

@@ -16,7 +16,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { build } from 'esbuild';
 import { chromium, type BrowserContext } from 'playwright-core';
-import { backends, pspCharges, rand, sleep, startPaymentsServer, startRecordingProxy, ROOT, type PaymentsServer, type RecordingProxy } from './helpers/client-harness.js';
+import {
+  backends,
+  pspCharges,
+  rand,
+  sleep,
+  startPaymentsServer,
+  startRecordingProxy,
+  ROOT,
+  type PaymentsServer,
+  type RecordingProxy,
+} from './helpers/client-harness.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing: install it with \`apt-get install -y chromium\` (.ci/run does)`;
@@ -56,18 +66,30 @@ describe('idem/client in headless chromium', { skip }, () => {
       let context: BrowserContext;
       const userDataDir = mkdtempSync(join(tmpdir(), 'idem-chromium-'));
 
-      before(async () => {
-        const [started, launched] = await Promise.all([
-          (async () => startPaymentsServer({ ...(await backend.create()), PSP_LATENCY_MS: '200' }))(),
-          chromium.launchPersistentContext(userDataDir, {
-            executablePath: CHROMIUM,
-            headless: true,
-            args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-          }),
-        ]);
-        server = started;
-        context = launched;
-      }, { timeout: 150_000 });
+      before(
+        async () => {
+          const [started, launched] = await Promise.all([
+            (async () => startPaymentsServer({ ...(await backend.create()), PSP_LATENCY_MS: '200' }))(),
+            chromium.launchPersistentContext(userDataDir, {
+              executablePath: CHROMIUM,
+              headless: true,
+              args: [
+                '--no-sandbox',
+                '--disable-gpu',
+                '--disable-dev-shm-usage',
+                '--disable-quic',
+                '--no-first-run',
+                '--disable-background-networking',
+                '--disable-component-update',
+                '--disable-sync',
+              ],
+            }),
+          ]);
+          server = started;
+          context = launched;
+        },
+        { timeout: 150_000 },
+      );
       after(async () => {
         await context?.close();
         await server?.stop();
@@ -111,7 +133,11 @@ describe('idem/client in headless chromium', { skip }, () => {
             const firstPost = () => proxy.seen.find((s) => s.method === 'POST');
             const deadline = Date.now() + 30_000;
             while (firstPost()?.status === undefined && Date.now() < deadline) await sleep(25);
-            assert.equal(firstPost()?.status, 201, `the server committed the first attempt; proxy saw: ${JSON.stringify(proxy.seen.map((s) => [s.method, s.path, s.status, s.key]))}`);
+            assert.equal(
+              firstPost()?.status,
+              201,
+              `the server committed the first attempt; proxy saw: ${JSON.stringify(proxy.seen.map((s) => [s.method, s.path, s.status, s.key]))}`,
+            );
             assert.equal(firstPost()!.key, key, 'the first attempt carried the minted key');
             await page.reload();
 
@@ -121,7 +147,12 @@ describe('idem/client in headless chromium', { skip }, () => {
               const client = new idem.IdempotentClient({ store, headers: { authorization: `Bearer ${apiKey}` } });
               const results = await client.resumePending();
               const out = [];
-              for (const r of results) out.push(r.ok ? { key: r.key, status: r.response.status, replayed: r.response.replayed, body: await r.response.text() } : { key: r.key, error: String(r.error) });
+              for (const r of results)
+                out.push(
+                  r.ok
+                    ? { key: r.key, status: r.response.status, replayed: r.response.replayed, body: await r.response.text() }
+                    : { key: r.key, error: String(r.error) },
+                );
               return { before, results: out, after: await store.list() };
             }, options);
 
@@ -137,7 +168,11 @@ describe('idem/client in headless chromium', { skip }, () => {
             assert.equal(result!.replayed, true, 'the replay of the committed first attempt');
             assert.equal(result!.body, firstPost()!.responseBody!.toString(), 'the response the page never got, byte for byte');
             const posts = proxy.seen.filter((s) => s.method === 'POST');
-            assert.deepEqual(posts.map((s) => s.key), [key, key], 'two attempts, one key');
+            assert.deepEqual(
+              posts.map((s) => s.key),
+              [key, key],
+              'two attempts, one key',
+            );
             assert.ok(posts[1]!.body.equals(posts[0]!.body), 'identical body bytes after the reload');
             assert.deepEqual(resumed.after, [], 'the finished intent was pruned');
             assert.equal((await pspCharges(server.url, customer)).length, 1, 'exactly one PSP charge');

@@ -61,10 +61,26 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
   });
 
   test('full jitter: uniform below min(cap, base × 2^(n-1))', () => {
-    assert.equal(fullJitterDelayMs(1, 100, 10_000, () => 0.999), 99, 'first retry below base');
-    assert.equal(fullJitterDelayMs(4, 100, 10_000, () => 0.5), 400, 'fourth retry: half of 800');
-    assert.equal(fullJitterDelayMs(30, 100, 10_000, () => 0.5), 5000, 'capped at maxDelayMs');
-    assert.equal(fullJitterDelayMs(3, 100, 10_000, () => 0), 0, 'full jitter reaches 0');
+    assert.equal(
+      fullJitterDelayMs(1, 100, 10_000, () => 0.999),
+      99,
+      'first retry below base',
+    );
+    assert.equal(
+      fullJitterDelayMs(4, 100, 10_000, () => 0.5),
+      400,
+      'fourth retry: half of 800',
+    );
+    assert.equal(
+      fullJitterDelayMs(30, 100, 10_000, () => 0.5),
+      5000,
+      'capped at maxDelayMs',
+    );
+    assert.equal(
+      fullJitterDelayMs(3, 100, 10_000, () => 0),
+      0,
+      'full jitter reaches 0',
+    );
   });
 
   test('horizon validation: maxElapsedMs + attemptTimeoutMs must stay below the server retention', () => {
@@ -103,7 +119,10 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
       assert.equal(minted, 1, 'generateKey ran once for the intent, not once per attempt');
       const keys = new Set(server.seen.map((s) => s.key));
       assert.deepEqual([...keys], [res.idempotencyKey], 'every attempt carried the one key');
-      assert.ok(server.seen.every((s) => s.body.equals(body)), 'every attempt carried identical body bytes');
+      assert.ok(
+        server.seen.every((s) => s.body.equals(body)),
+        'every attempt carried identical body bytes',
+      );
       assert.deepEqual(
         retries.map((r) => r.status ?? 'error'),
         [503, 'error', 409, 500],
@@ -172,7 +191,10 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
       const res = await client.fetch(`${server.url}/x`, json({}));
       assert.equal(res.status, 503, 'the last response');
       assert.equal(server.seen.length, 3, 'three attempts');
-      assert.deepEqual(gaveUp.map((e) => (e as { reason: string; status: number }).reason + (e as { status: number }).status), ['attempts503']);
+      assert.deepEqual(
+        gaveUp.map((e) => (e as { reason: string; status: number }).reason + (e as { status: number }).status),
+        ['attempts503'],
+      );
       assert.deepEqual(await client.store.list(), [], 'pruned');
     } finally {
       await server.close();
@@ -180,7 +202,10 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
     const dead = await startScriptedServer(['reset']);
     try {
       const client = new IdempotentClient({ ...fast, maxAttempts: 2 });
-      await assert.rejects(client.fetch(`${dead.url}/x`, json({})), (error: unknown) => error instanceof GaveUpError && error.attempts === 2 && error.reason === 'attempts');
+      await assert.rejects(
+        client.fetch(`${dead.url}/x`, json({})),
+        (error: unknown) => error instanceof GaveUpError && error.attempts === 2 && error.reason === 'attempts',
+      );
       assert.equal(dead.seen.length, 2, 'two attempts');
     } finally {
       await dead.close();
@@ -190,7 +215,7 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
   test('a timed-out attempt is retried (per-attempt AbortSignal)', T, async () => {
     let n = 0;
     const { createServer } = await import('node:http');
-    const server = createServer((req, res) => {
+    const server = createServer((_req, res) => {
       if (n++ === 0) return; // never answers the first attempt
       res.writeHead(201).end();
     });
@@ -228,7 +253,10 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
       assert.ok(names.includes('x-api-version'), 'other headers are');
       const opted = new IdempotentClient({ ...fast, persistCredentials: true });
       const withCreds = await opted.createIntent(`${server.url}/y`, { method: 'POST', headers: { authorization: 'Bearer secret' } });
-      assert.ok(withCreds.headers.some(([n]) => n === 'authorization'), 'persisted when opted in');
+      assert.ok(
+        withCreds.headers.some(([n]) => n === 'authorization'),
+        'persisted when opted in',
+      );
     } finally {
       await server.close();
     }
@@ -258,10 +286,17 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
       assert.deepEqual(gaveUp, ['old'], 'old intent given up');
       assert.deepEqual(
         results.map((r) => [r.key, r.ok ? r.response.status : (r.error as Error).name]).sort(),
-        [['fresh', 201], ['old', 'GaveUpError']],
+        [
+          ['fresh', 201],
+          ['old', 'GaveUpError'],
+        ],
         'results',
       );
-      assert.deepEqual(server.seen.map((s) => s.key), ['fresh'], 'only the fresh intent was sent');
+      assert.deepEqual(
+        server.seen.map((s) => s.key),
+        ['fresh'],
+        'only the fresh intent was sent',
+      );
       assert.deepEqual(await store.list(), [], 'all pruned');
     } finally {
       await server.close();
@@ -274,7 +309,17 @@ describe('idem/client: FileIntentStore', () => {
     const dir = join(tempDir(), 'nested', 'intents');
     const store = new FileIntentStore({ dir });
     assert.deepEqual(await store.list(), [], 'a missing directory is empty');
-    const record: IntentRecord = { key: 'a/b "c"', method: 'POST', url: 'http://x/', headers: [['content-type', 'text/plain']], body: 'AAH/', createdAt: 1, attempts: 0, state: 'pending', updatedAt: 1 };
+    const record: IntentRecord = {
+      key: 'a/b "c"',
+      method: 'POST',
+      url: 'http://x/',
+      headers: [['content-type', 'text/plain']],
+      body: 'AAH/',
+      createdAt: 1,
+      attempts: 0,
+      state: 'pending',
+      updatedAt: 1,
+    };
     await store.put(record);
     await store.put({ ...record, attempts: 1 });
     assert.deepEqual(await store.get(record.key), { ...record, attempts: 1 }, 'replaced, read back');
@@ -294,10 +339,13 @@ for (const backend of backends()) {
     const auth = { authorization: `Bearer ${apiKey}` };
     const charge = (customer: string, amount = 1999) => json({ amount, currency: 'usd', customer });
 
-    before(async () => {
-      // PSP latency 1500 ms: long enough to find a first request still in flight (409).
-      server = await startPaymentsServer({ ...(await backend.create()), PSP_LATENCY_MS: '1500' });
-    }, { timeout: 150_000 });
+    before(
+      async () => {
+        // PSP latency 1500 ms: long enough to find a first request still in flight (409).
+        server = await startPaymentsServer({ ...(await backend.create()), PSP_LATENCY_MS: '1500' });
+      },
+      { timeout: 150_000 },
+    );
     after(async () => {
       await server?.stop();
       await backend.drop();
@@ -328,7 +376,10 @@ for (const backend of backends()) {
           proxy.seen.every((s) => s.key === res.idempotencyKey),
           `one key on every attempt: ${proxy.seen.map((s) => s.key).join(', ')}`,
         );
-        assert.ok(proxy.seen.every((s) => s.body.equals(proxy.seen[0]!.body)), 'identical body bytes on every attempt');
+        assert.ok(
+          proxy.seen.every((s) => s.body.equals(proxy.seen[0]!.body)),
+          'identical body bytes on every attempt',
+        );
         assert.equal(beforeAttempt[0]?.key, res.idempotencyKey, 'the intent was persisted before the first attempt went out');
         assert.equal(beforeAttempt[0]?.attempts, 1, 'with its attempt counted');
         assert.ok(!beforeAttempt[0]!.headers.some(([n]) => n === 'authorization'), 'without the credential');
@@ -360,7 +411,13 @@ for (const backend of backends()) {
         assert.deepEqual([pending[0]!.key, pending[0]!.state, pending[0]!.attempts], [proxy.seen[0]!.key, 'pending', 1], 'pending, one attempt');
 
         const second = spawnTs('test/helpers/client-process.ts', { ...env, CLIENT_MODE: 'resume' });
-        const resumed = JSON.parse((await second.waitFor(/^resumed (.*)$/m))[1]!) as Array<{ key: string; status: number; replayed: boolean; attempts: number; body: string }>;
+        const resumed = JSON.parse((await second.waitFor(/^resumed (.*)$/m))[1]!) as Array<{
+          key: string;
+          status: number;
+          replayed: boolean;
+          attempts: number;
+          body: string;
+        }>;
         await second.exited;
         assert.equal(resumed.length, 1, `one intent resumed: ${JSON.stringify(resumed)}`);
         assert.equal(resumed[0]!.key, retry.key, 'with the original key');
@@ -368,7 +425,11 @@ for (const backend of backends()) {
         assert.equal(resumed[0]!.replayed, true, 'the replay of the committed first attempt');
         assert.equal(resumed[0]!.attempts, 2, 'attempts counted across the restart');
         assert.equal(resumed[0]!.body, proxy.seen[0]!.responseBody!.toString(), 'the lost response, byte for byte');
-        assert.deepEqual(proxy.seen.map((s) => s.key), [retry.key, retry.key], 'the same key before and after the restart');
+        assert.deepEqual(
+          proxy.seen.map((s) => s.key),
+          [retry.key, retry.key],
+          'the same key before and after the restart',
+        );
         assert.equal((await pspCharges(server.url, customer)).length, 1, 'exactly one PSP charge');
         assert.deepEqual(await new FileIntentStore({ dir }).list(), [], 'pruned after the final response');
       } finally {
@@ -421,7 +482,11 @@ for (const backend of backends()) {
         assert.match(await mismatch.text(), /idempotency-key-reused/);
         const invalid = await client.fetch(`${proxy.url}/v1/charges`, charge(customer, -5));
         assert.equal(invalid.status, 400, 'invalid amount');
-        assert.deepEqual(proxy.seen.map((s) => s.status), [201, 422, 400], 'one request each: nothing retried');
+        assert.deepEqual(
+          proxy.seen.map((s) => s.status),
+          [201, 422, 400],
+          'one request each: nothing retried',
+        );
         assert.equal((await pspCharges(server.url, customer)).length, 1, 'one PSP charge');
       } finally {
         await proxy.close();

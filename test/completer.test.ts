@@ -48,10 +48,13 @@ for (const engineDef of engines) {
         calls.push({ phase: 'paid', arg: derivedKey });
         return { psp: 'p-' + derivedKey.slice(0, 6) };
       });
-      return new Response(JSON.stringify({ ...created, ...paid, url: new URL(req.url).pathname + new URL(req.url).search, type: req.headers.get('content-type') }), {
-        status: 201,
-        headers: { 'content-type': 'application/json' },
-      });
+      return new Response(
+        JSON.stringify({ ...created, ...paid, url: new URL(req.url).pathname + new URL(req.url).search, type: req.headers.get('content-type') }),
+        {
+          status: 201,
+          headers: { 'content-type': 'application/json' },
+        },
+      );
     };
 
     before(async () => {
@@ -81,17 +84,31 @@ for (const engineDef of engines) {
       await sleep(LEASE_MS + 50); // the worker "crashed": its lease runs out, no retry comes
       const report = await completer().runOnce();
       assert.deepEqual(report, { found: 1, completed: 1, discarded: 0, failed: 0, lost: 0, skipped: 0 });
-      assert.deepEqual(calls, [{ phase: 'created', arg: '5' }, { phase: 'paid', arg: derived }], 'created not repeated; paid with the original derived key');
+      assert.deepEqual(
+        calls,
+        [
+          { phase: 'created', arg: '5' },
+          { phase: 'paid', arg: derived },
+        ],
+        'created not repeated; paid with the original derived key',
+      );
       const retry = await http.prepare(request('k1'));
       assert.equal(retry.kind, 'respond');
       const replay = (retry as { response: Response }).response;
       assert.equal(replay.status, 201);
       assert.equal(replay.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(await replay.json(), { id: 'c1', psp: 'p-' + derived.slice(0, 6), url: '/v1/charges?x=1', type: 'application/json' }, 'path, query, content type and body came from the snapshot');
+      assert.deepEqual(
+        await replay.json(),
+        { id: 'c1', psp: 'p-' + derived.slice(0, 6), url: '/v1/charges?x=1', type: 'application/json' },
+        'path, query, content type and body came from the snapshot',
+      );
       const stored = (await ctx.store.listAbandoned({ limit: 10, graceMs: 0, retentionMs: 60_000 })).length;
       assert.equal(stored, 0, 'nothing left abandoned');
       // The stale worker wakes up: its writes are fenced.
-      await assert.rejects(first.context.phase('late', async () => 1), LeaseLostError);
+      await assert.rejects(
+        first.context.phase('late', async () => 1),
+        LeaseLostError,
+      );
     });
 
     it('never stores credentials in the snapshot', async () => {
@@ -106,7 +123,10 @@ for (const engineDef of engines) {
       const derived = first.context.derivedKey('paid');
       await sleep(LEASE_MS + 50);
       assert.equal((await completer().runOnce()).completed, 1);
-      assert.deepEqual(calls, [{ phase: 'created', arg: '5' }, { phase: 'paid', arg: derived }]);
+      assert.deepEqual(calls, [
+        { phase: 'created', arg: '5' },
+        { phase: 'paid', arg: derived },
+      ]);
     });
 
     it('discards a key whose request was never stored and where nothing committed: the retry starts fresh', async () => {
@@ -132,16 +152,29 @@ for (const engineDef of engines) {
         const found = await list(options);
         // Between the listing and the completer's decision the worker wakes up: it saves its
         // request and calls the PSP with its derived key (a handler whose first step is a call).
-        const saved = await store.saveRequest(ref, { method: 'POST', url: '/v1/charges?x=1', contentType: 'application/json', body: new TextEncoder().encode('{"amount":5}') });
+        const saved = await store.saveRequest(ref, {
+          method: 'POST',
+          url: '/v1/charges?x=1',
+          contentType: 'application/json',
+          body: new TextEncoder().encode('{"amount":5}'),
+        });
         assert.equal(saved.kind, 'ok');
         calls.push({ phase: 'paid', arg: derived });
         return found;
       };
-      assert.deepEqual(await completer().runOnce(), { found: 1, completed: 0, discarded: 0, failed: 0, lost: 1, skipped: 0 }, 'listed without a request, but not discarded');
+      assert.deepEqual(
+        await completer().runOnce(),
+        { found: 1, completed: 0, discarded: 0, failed: 0, lost: 1, skipped: 0 },
+        'listed without a request, but not discarded',
+      );
       store.listAbandoned = list;
       assert.ok(await store.get(scope, 'k1', 60_000), 'the key stays');
       assert.equal((await completer().runOnce()).completed, 1, 'the next pass runs the stored request');
-      assert.deepEqual(calls.filter((c) => c.phase === 'paid').map((c) => c.arg), [derived, derived], 'the same derived key both times: the PSP dedupes');
+      assert.deepEqual(
+        calls.filter((c) => c.phase === 'paid').map((c) => c.arg),
+        [derived, derived],
+        'the same derived key both times: the PSP dedupes',
+      );
     });
 
     it('skips a key with committed work but no stored request (left to a client retry)', async () => {
@@ -187,6 +220,5 @@ for (const engineDef of engines) {
       const bare = { claim: ctx.store.claim.bind(ctx.store) } as unknown as typeof ctx.store;
       assert.throws(() => new HttpIdempotency<Queryable>({ store: bare, storeRequests: true }), InvalidOptionError);
     });
-
   });
 }

@@ -210,8 +210,7 @@ describe('fingerprint', () => {
   });
 
   it('canonicalizes +json media types like application/json', () => {
-    const vnd = (body: string, contentType = 'application/vnd.x+json') =>
-      fingerprint({ method: 'POST', path: '/p', contentType, body: utf8(body) });
+    const vnd = (body: string, contentType = 'application/vnd.x+json') => fingerprint({ method: 'POST', path: '/p', contentType, body: utf8(body) });
     same(vnd('{"a":1,"b":2}'), vnd('{"b":2,"a":1.0}'));
     same(vnd('{"a":1,"b":2}'), vnd('{"b":2,"a":1}', 'application/json'));
     same(vnd('{"a":1}', 'Application/JSON; charset=utf-8'), vnd('{"a":1}', 'application/json'));
@@ -228,8 +227,14 @@ describe('fingerprint', () => {
     differ(withHeaders([['stripe-version', '2024-06-20']]), withHeaders([['stripe-version', '2025-01-01']]));
     same(withHeaders([['Stripe-Version', '2024-06-20']]), withHeaders([['stripe-version', '2024-06-20']]));
     same(
-      withHeaders([['a', '1'], ['b', '2']]),
-      withHeaders([['B', '2'], ['A', '1']]),
+      withHeaders([
+        ['a', '1'],
+        ['b', '2'],
+      ]),
+      withHeaders([
+        ['B', '2'],
+        ['A', '1'],
+      ]),
     );
   });
 

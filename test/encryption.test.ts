@@ -25,7 +25,10 @@ const INLINE_MAX = 1024;
 /** A response carrying personal data in the body and in an allow-listed header. */
 const personal = (padTo = 0): StoredResponse => ({
   status: 201,
-  headers: [['content-type', 'application/json'], ['location', LOCATION]],
+  headers: [
+    ['content-type', 'application/json'],
+    ['location', LOCATION],
+  ],
   body: enc.encode(JSON.stringify({ email: SECRET, pad: 'x'.repeat(padTo) })),
 });
 
@@ -98,7 +101,10 @@ for (const engine of engines) {
       const large = personal(5000);
       await t.write(idem, 'inline', small);
       await t.write(idem, 'blob', large);
-      for (const [key, response] of [['inline', small], ['blob', large]] as const) {
+      for (const [key, response] of [
+        ['inline', small],
+        ['blob', large],
+      ] as const) {
         const got = await t.replay(idem, key);
         assert.equal(got.status, 201);
         assert.deepEqual(got.headers, response.headers, `${key}: headers`);
@@ -109,7 +115,10 @@ for (const engine of engines) {
       const rows = (await t.sql(`SELECT key, response_key_id, response_body_ref IS NOT NULL AS out_of_line FROM "${t.table}" ORDER BY key`)).rows;
       assert.deepEqual(
         rows.map((r) => [r.key, r.response_key_id, r.out_of_line]),
-        [['blob', 'k1', true], ['inline', 'k1', false]],
+        [
+          ['blob', 'k1', true],
+          ['inline', 'k1', false],
+        ],
         'each row names its key id; the large one is out of line',
       );
     });
@@ -170,7 +179,7 @@ for (const engine of engines) {
       }
     });
 
-    it("refuses a ciphertext copied from another row (AAD binds scope and key)", async () => {
+    it('refuses a ciphertext copied from another row (AAD binds scope and key)', async () => {
       const t = await setup();
       const idem = t.engineWith(K1_ONLY);
       await t.write(idem, 'alice', personal());

@@ -50,8 +50,7 @@ for (const factory of suiteStores) {
     const time = factory.capabilities.virtualTime ? virtualTime : realTime;
     const sleep = (ms: number) => time.sleep(ms);
     /** Calls `probe` every 20 ms until `done` holds for its result, or fails after `timeoutMs` (on the suite's clock). */
-    const eventually = <T>(probe: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 3000) =>
-      eventuallyOn(probe, done, { timeoutMs, time });
+    const eventually = <T>(probe: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 3000) => eventuallyOn(probe, done, { timeoutMs, time });
     let h: StoreHarness;
     let closed = false;
     const open: X[] = [];
@@ -76,7 +75,12 @@ for (const factory of suiteStores) {
     };
     /** Waits until the lease on `key` has run out and a begin takes it over. */
     const takeOver = async (engine: IdempotencyEngine<unknown>, key = 'k') =>
-      executionOf(await eventually(() => begin(engine, key), (r) => r.kind !== 'in-progress'));
+      executionOf(
+        await eventually(
+          () => begin(engine, key),
+          (r) => r.kind !== 'in-progress',
+        ),
+      );
     const sideNotes = () => h.effects();
     /** A business effect inside the phase's transaction (see StoreHarness.effect); returns `note`. */
     const insertSide = (note: string) => async (tx: unknown) => {
@@ -113,10 +117,7 @@ for (const factory of suiteStores) {
         const x = executionOf(await begin(engine));
         const whileRunning = await begin(engine, 'k', OTHER_FP);
         assert.equal(whileRunning.kind, 'mismatch');
-        assert.deepEqual(
-          Array.from((whileRunning as Extract<BeginResult, { kind: 'mismatch' }>).record.fingerprint),
-          Array.from(FP),
-        );
+        assert.deepEqual(Array.from((whileRunning as Extract<BeginResult, { kind: 'mismatch' }>).record.fingerprint), Array.from(FP));
 
         await x.finish(response(201, [1, 2, 3]));
         assert.equal((await begin(engine, 'k', OTHER_FP)).kind, 'mismatch');
@@ -127,7 +128,10 @@ for (const factory of suiteStores) {
       it('answers mismatch, not take-over, to a different fingerprint after the lease expired', async () => {
         const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0 });
         const x = executionOf(await begin(engine));
-        await eventually(() => record(), (r) => r?.leaseExpired === true);
+        await eventually(
+          () => record(),
+          (r) => r?.leaseExpired === true,
+        );
         assert.equal((await begin(engine, 'k', OTHER_FP)).kind, 'mismatch');
         assert.equal((await record())?.token, x.token, 'nothing was taken over');
         assert.equal((await record())?.leaseExpired, true, 'nor was the lease renewed');
@@ -287,7 +291,12 @@ for (const factory of suiteStores) {
         const before = first.derivedKey('psp_charge');
         await first.finish(response(201, [1]));
         assert.equal((await begin(engine)).kind, 'replay', 'within retention the key replays');
-        const again = executionOf(await eventually(() => begin(engine), (r) => r.kind !== 'replay'));
+        const again = executionOf(
+          await eventually(
+            () => begin(engine),
+            (r) => r.kind !== 'replay',
+          ),
+        );
         assert.ok(again.token > first.token, `new claim token ${again.token} must exceed ${first.token}`);
         assert.notEqual(again.claimId, first.claimId, 'a claim past retention is a new claim');
         assert.equal((await record())?.claimId, again.claimId, 'the row carries the new claim id');
@@ -329,7 +338,10 @@ for (const factory of suiteStores) {
         assert.equal(xPhase.status, 'lost');
 
         // call: the call ran, its result is not recorded.
-        await assert.rejects(xCall.call('psp', async () => 'ch'), LeaseLostError);
+        await assert.rejects(
+          xCall.call('psp', async () => 'ch'),
+          LeaseLostError,
+        );
         assert.equal(xCall.signal.aborted, true);
 
         // finish with effects: nothing stored, effects rolled back.
@@ -355,8 +367,14 @@ for (const factory of suiteStores) {
 
         // Once lost, every method keeps failing without running its function.
         let ran = false;
-        await assert.rejects(xPhase.phase('q', async () => (ran = true)), LeaseLostError);
-        await assert.rejects(xPhase.call('q', async () => (ran = true)), LeaseLostError);
+        await assert.rejects(
+          xPhase.phase('q', async () => (ran = true)),
+          LeaseLostError,
+        );
+        await assert.rejects(
+          xPhase.call('q', async () => (ran = true)),
+          LeaseLostError,
+        );
         await assert.rejects(xPhase.finish(response(200)), LeaseLostError);
         assert.equal(ran, false);
 
@@ -382,7 +400,11 @@ for (const factory of suiteStores) {
         );
         const newToken = executionOf(taken).token;
         assert.ok(newToken > stale.token, `takeover token ${newToken} must exceed ${stale.token}`);
-        await eventually(async () => stale.signal.aborted, (aborted) => aborted, 2000);
+        await eventually(
+          async () => stale.signal.aborted,
+          (aborted) => aborted,
+          2000,
+        );
         assert.ok(stale.signal.reason instanceof LeaseLostError, 'stale.signal.reason instanceof LeaseLostError');
         assert.equal(stale.status, 'lost');
         assert.equal((await record())?.token, newToken);
@@ -410,7 +432,10 @@ for (const factory of suiteStores) {
         const elapsed = Date.now() - started;
         assert.ok(y.token > x.token, `takeover token ${y.token} must exceed ${x.token}`);
         assert.ok(elapsed >= 450, `taken over after ${elapsed} ms, before maxExecutionMs`);
-        await assert.rejects(x.phase('late', async () => 1), LeaseLostError);
+        await assert.rejects(
+          x.phase('late', async () => 1),
+          LeaseLostError,
+        );
       });
 
       it('stops when the execution is released', async () => {
@@ -431,7 +456,10 @@ for (const factory of suiteStores) {
         await x.phase('a', insertSide('a'));
         await x.release();
         assert.equal(x.status, 'released');
-        await assert.rejects(x.phase('b', async () => 1), ExecutionClosedError);
+        await assert.rejects(
+          x.phase('b', async () => 1),
+          ExecutionClosedError,
+        );
 
         const y = executionOf(await begin(engine));
         assert.ok(y.token > x.token, `takeover token ${y.token} must exceed ${x.token}`);
@@ -560,7 +588,10 @@ for (const factory of suiteStores) {
         const x = executionOf(await begin(makeEngine()));
         await x.finish(response(200));
         await assert.rejects(x.finish(response(200)), ExecutionClosedError);
-        await assert.rejects(x.phase('a', async () => 1), ExecutionClosedError);
+        await assert.rejects(
+          x.phase('a', async () => 1),
+          ExecutionClosedError,
+        );
         await assert.rejects(x.extendLease(), ExecutionClosedError);
         await x.release(); // no-op
         assert.equal(x.status, 'done');
@@ -597,7 +628,10 @@ for (const factory of suiteStores) {
             ['replayed', undefined, undefined],
           ],
         );
-        assert.ok(events.every((e) => e.scope === SCOPE && e.key === 'k'), 'every event names the scope and key');
+        assert.ok(
+          events.every((e) => e.scope === SCOPE && e.key === 'k'),
+          'every event names the scope and key',
+        );
       });
 
       it('reports discarded and lease-lost', async () => {
@@ -607,7 +641,10 @@ for (const factory of suiteStores) {
         await x.discard();
         const stale = executionOf(await begin(engine, 'l'));
         await takeOver(engine, 'l');
-        await assert.rejects(stale.phase('a', async () => 1), LeaseLostError);
+        await assert.rejects(
+          stale.phase('a', async () => 1),
+          LeaseLostError,
+        );
         const types = events.map((e) => e.type).filter((t) => t !== 'in-progress');
         assert.deepEqual(types, ['claimed', 'discarded', 'claimed', 'taken-over', 'lease-lost']);
       });
@@ -656,7 +693,10 @@ for (const factory of suiteStores) {
           assert.ok(error.cause instanceof Error, 'cause carries the driver error');
           return true;
         });
-        assert.deepEqual(events.map((e) => e.type), ['store-unavailable']);
+        assert.deepEqual(
+          events.map((e) => e.type),
+          ['store-unavailable'],
+        );
       });
     });
   });

@@ -9,7 +9,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import express, { type ErrorRequestHandler, type Express, type RequestHandler, type Response as ExpressResponse } from 'express';
+import express, { type ErrorRequestHandler, type RequestHandler, type Response as ExpressResponse } from 'express';
 import { idempotency, type ExpressIdempotency } from '../src/express/index.js';
 import type { IdempotencyContext } from '../src/http/context.js';
 import type { IdempotencyOptions } from '../src/http/idempotency.js';
@@ -102,7 +102,11 @@ for (const engine of engines) {
         const { app, idem, counted, start, counter, count } = await setup();
         app.post('/v1/charges', idem, counted(created));
         const url = await start();
-        for (const keys of [['k1', 'k2'], ['k1', 'k1'], ['"k1"', '"k1"']] as Array<[string, string]>) {
+        for (const keys of [
+          ['k1', 'k2'],
+          ['k1', 'k1'],
+          ['"k1"', '"k1"'],
+        ] as Array<[string, string]>) {
           const res = await postWithTwoKeyLines(url + '/v1/charges', keys, '{"amount":1}');
           assert.equal(res.status, 400, `${keys.join(' / ')}: ${res.text}`);
           assert.equal(res.type, 'application/problem+json');
@@ -119,7 +123,10 @@ for (const engine of engines) {
         const url = await start();
         const first = await rawPost(url + '/v1/charges', { 'Idempotency-Key': 'a,b' }, '{"amount":1}');
         assert.equal(first.status, 201, first.text);
-        assert.deepEqual((await rows()).map((r) => [r.key, r.state]), [['a,b', 'done']]);
+        assert.deepEqual(
+          (await rows()).map((r) => [r.key, r.state]),
+          [['a,b', 'done']],
+        );
         const replay = await send('/v1/charges', { key: 'a,b', json: { amount: 1 } });
         assert.equal(replay.status, 201);
         assert.equal(replay.headers.get('idempotent-replayed'), 'true');
@@ -133,7 +140,6 @@ for (const engine of engines) {
         assert.equal(twoLines.status, 400, twoLines.text);
         assert.equal(counter.H, 2);
       });
-
     });
 
     describe('the body and the response capture', () => {
@@ -165,7 +171,6 @@ for (const engine of engines) {
         assert.equal(counter.H, 1);
       });
 
-
       it('without a body parser: the middleware reads the raw body (req.body is the exact Buffer); reordered JSON replays, a different body gets 422', async () => {
         const { app, idem, counted, start, send, counter } = await setup({}, { parser: false });
         const seen: unknown[] = [];
@@ -189,7 +194,6 @@ for (const engine of engines) {
         await assertProblem(await send('/v1/charges', { key: 'raw-1', body: '{"a":1,"b":3}', headers: json }), 422, 'idempotency-key-reused');
         assert.equal(counter.H, 1);
       });
-
     });
 
     describe('thrown errors (idem.onError mounted after the routes)', () => {
@@ -280,10 +284,14 @@ for (const engine of engines) {
         db.cleanup(server.close);
         const first = await fetch(server.url + '/v1/orders', init({ key: 'no-on-error', json: {} }));
         await first.arrayBuffer();
-        const [row] = await poll(async () => {
-          const r = await rows();
-          return r[0]?.state === 'done' ? r : undefined;
-        }, 3000, 'the response to be recorded');
+        const [row] = await poll(
+          async () => {
+            const r = await rows();
+            return r[0]?.state === 'done' ? r : undefined;
+          },
+          3000,
+          'the response to be recorded',
+        );
         assert.equal(row!.response_status, 201);
         const replay = await fetch(server.url + '/v1/orders', init({ key: 'no-on-error', json: {} }));
         assert.equal(replay.status, 201);
@@ -329,7 +337,7 @@ for (const engine of engines) {
         assert.equal(counter.H, 2);
       });
 
-      it('a throw after the head was committed behind idem\'s back (headers sent): the lease is still released and the retry resumes', async () => {
+      it("a throw after the head was committed behind idem's back (headers sent): the lease is still released and the retry resumes", async () => {
         const { app, idem, counted, start, counter, rows } = await setup();
         let crash = true;
         app.post(
@@ -351,10 +359,14 @@ for (const engine of engines) {
         const url = await start();
         const first = await rawPost(url + '/v1/transfers', { 'Idempotency-Key': 'sent' }, '{}');
         assert.notEqual(first.status, 201, `the first attempt cannot succeed: ${first.status} ${first.text}`);
-        const [row] = await poll(async () => {
-          const r = await rows();
-          return r[0]?.locked === false ? r : undefined;
-        }, 3000, 'the lease to be released');
+        const [row] = await poll(
+          async () => {
+            const r = await rows();
+            return r[0]?.locked === false ? r : undefined;
+          },
+          3000,
+          'the lease to be released',
+        );
         assert.deepEqual([row!.state, row!.recovery_point], ['started', 'a']);
         const retry = await rawPost(url + '/v1/transfers', { 'Idempotency-Key': 'sent' }, '{}');
         assert.equal(retry.status, 201, `the retry takes over at once (60 s lease): ${retry.text}`);
@@ -362,7 +374,9 @@ for (const engine of engines) {
         assert.equal(counter.H, 2);
       });
 
-      it('a route that ends normally after its head went out past the capture: the connection is closed, never left hanging; the response is stored', { timeout: 10_000 }, async () => {
+      it('a route that ends normally after its head went out past the capture: the connection is closed, never left hanging; the response is stored', {
+        timeout: 10_000,
+      }, async () => {
         const { app, idem, counted, start, counter, rows } = await setup();
         app.post(
           '/v1/raw',
@@ -376,17 +390,20 @@ for (const engine of engines) {
         const url = await start();
         const first = await rawPost(url + '/v1/raw', { 'Idempotency-Key': 'past-capture' }, '{}');
         assert.equal(first.complete, false, `idem cannot send its recorded response on a committed head: ${first.status} ${first.text}`);
-        const [row] = await poll(async () => {
-          const r = await rows();
-          return r[0]?.state === 'done' ? r : undefined;
-        }, 3000, 'the response to be recorded');
+        const [row] = await poll(
+          async () => {
+            const r = await rows();
+            return r[0]?.state === 'done' ? r : undefined;
+          },
+          3000,
+          'the response to be recorded',
+        );
         assert.equal(row!.response_body, hex(Buffer.from('raw body')));
         const replay = await rawPost(url + '/v1/raw', { 'Idempotency-Key': 'past-capture' }, '{}');
         assert.equal(replay.status, 200);
         assert.equal(replay.text, 'raw body');
         assert.equal(counter.H, 1);
       });
-
     });
   });
 }

@@ -172,13 +172,19 @@ describe('idem/fastify', () => {
       closers.push(drop);
       const app = fastifyApp();
       const runs = { n: 0 };
-      await app.register(async (scope) => {
-        await scope.register(idempotency, { store, all: true });
-        scope.post('/inside', async (request) => ({ n: ++runs.n, protected: request.idem !== undefined }));
-      }, { prefix: '/a' });
-      await app.register(async (scope) => {
-        scope.post('/outside', async (request) => ({ n: ++runs.n, protected: request.idem !== undefined }));
-      }, { prefix: '/b' });
+      await app.register(
+        async (scope) => {
+          await scope.register(idempotency, { store, all: true });
+          scope.post('/inside', async (request) => ({ n: ++runs.n, protected: request.idem !== undefined }));
+        },
+        { prefix: '/a' },
+      );
+      await app.register(
+        async (scope) => {
+          scope.post('/outside', async (request) => ({ n: ++runs.n, protected: request.idem !== undefined }));
+        },
+        { prefix: '/b' },
+      );
       app.post('/root', async (request) => ({ n: ++runs.n, protected: request.idem !== undefined }));
       const send = await listen(app);
       const inside = await send('/a/inside', { key: 'k' });
@@ -210,7 +216,10 @@ describe('idem/fastify', () => {
           return reply.code(202).send(new Blob(['hello ', 'web ', 'stream']).stream());
         });
       });
-      for (const [path, status, hex] of [['/v1/node-stream', 200, '0001ff007f'], ['/v1/web-stream', 202, Buffer.from('hello web stream').toString('hex')]] as const) {
+      for (const [path, status, hex] of [
+        ['/v1/node-stream', 200, '0001ff007f'],
+        ['/v1/web-stream', 202, Buffer.from('hello web stream').toString('hex')],
+      ] as const) {
         const first = await send(path, { key: `s${path}` });
         assert.equal(first.status, status);
         assert.equal(Buffer.from(await first.arrayBuffer()).toString('hex'), hex);

@@ -23,7 +23,14 @@ import { deferred, keyRows } from './helpers/http.js';
 import { fixture, lambdaContext } from './helpers/harness-lambda.js';
 import { chargeHandler, middyChargeHandler } from '../examples/lambda/handler.js';
 
-type Result = { statusCode: number; headers?: Record<string, string>; multiValueHeaders?: Record<string, string[]>; cookies?: string[]; body?: string; isBase64Encoded?: boolean };
+type Result = {
+  statusCode: number;
+  headers?: Record<string, string>;
+  multiValueHeaders?: Record<string, string[]>;
+  cookies?: string[];
+  body?: string;
+  isBase64Encoded?: boolean;
+};
 
 const charge = (event: { body?: string | null; isBase64Encoded?: boolean }) => ({
   statusCode: 201,
@@ -140,7 +147,10 @@ for (const engine of engines) {
 
       it("idem's problems come back in the event's format; a non-HTTP event passes through", async () => {
         const { store } = await table();
-        const handler = withIdempotency<Queryable, any>({ store, required: true }, async (event, _c, idem) => ({ statusCode: 200, body: idem ? 'protected' : `plain ${JSON.stringify(event)}` }));
+        const handler = withIdempotency<Queryable, any>({ store, required: true }, async (event, _c, idem) => ({
+          statusCode: 200,
+          body: idem ? 'protected' : `plain ${JSON.stringify(event)}`,
+        }));
         const noKey = fixture<ApiGatewayProxyEventV1>('rest v1');
         delete noKey.headers!['Idempotency-Key'];
         delete noKey.multiValueHeaders!['Idempotency-Key'];
@@ -166,7 +176,10 @@ for (const engine of engines) {
     });
 
     describe('the README example (examples/lambda/handler.ts)', () => {
-      for (const [style, make] of [['wrapped handler', chargeHandler], ['Middy', middyChargeHandler]] as const) {
+      for (const [style, make] of [
+        ['wrapped handler', chargeHandler],
+        ['Middy', middyChargeHandler],
+      ] as const) {
         it(`${style}: the REST and HTTP API fixtures each create one charge and replay it; a bad amount is not stored`, async () => {
           const { store, table: t } = await table();
           const handler = make(store) as (event: unknown, context: unknown) => Promise<Result>;
@@ -214,7 +227,9 @@ for (const engine of engines) {
         assert.equal(H, 1);
       });
 
-      it('the bug the default avoids: a fixed lease shorter than the remaining time lets a retry take over the live invocation', { timeout: 30_000 }, async () => {
+      it('the bug the default avoids: a fixed lease shorter than the remaining time lets a retry take over the live invocation', {
+        timeout: 30_000,
+      }, async () => {
         const { store } = await table();
         const entered = deferred();
         const gate = deferred();

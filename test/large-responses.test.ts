@@ -32,7 +32,10 @@ function binaryBody(size: number): Uint8Array {
 
 const response = (body: Uint8Array): StoredResponse => ({
   status: 201,
-  headers: [['content-type', 'application/octet-stream'], ['etag', '"v1"']],
+  headers: [
+    ['content-type', 'application/octet-stream'],
+    ['etag', '"v1"'],
+  ],
   body,
 });
 
@@ -78,7 +81,11 @@ for (const engine of engines) {
       const outside = await t.store.inspect('s', 'outside');
       assert.equal(outside?.response?.storage, 'out-of-line', 'a body above the threshold is reported out of line');
       assert.equal(outside?.response?.bytes, 4096, 'the out-of-line size is the blob size, not the empty inline column');
-      assert.deepEqual(outside?.response?.headers.map(([n]) => n), ['content-type', 'etag'], 'header names shown');
+      assert.deepEqual(
+        outside?.response?.headers.map(([n]) => n),
+        ['content-type', 'etag'],
+        'header names shown',
+      );
       const inside = await t.store.inspect('s', 'inside');
       assert.equal(inside?.response?.storage, 'inline', 'a small body is reported inline');
       assert.equal(inside?.response?.bytes, 512, 'inline size');
@@ -98,7 +105,11 @@ for (const engine of engines) {
       assert.equal(row.body_null, true, 'the row holds no body');
       assert.match(String(row.response_body_ref), /^[0-9a-f-]{36}$/, 'the row holds a pointer');
       const blob = (await t.sql(`SELECT id, octet_length(body) AS n FROM "${t.table}_blobs"`)).rows;
-      assert.deepEqual(blob.map((b) => [b.id, Number(b.n)]), [[row.response_body_ref, FIVE_MB]], 'one blob, named by the pointer');
+      assert.deepEqual(
+        blob.map((b) => [b.id, Number(b.n)]),
+        [[row.response_body_ref, FIVE_MB]],
+        'one blob, named by the pointer',
+      );
     });
 
     it('keeps a body of exactly inlineMaxBytes inline and moves one byte more out of line', async () => {
@@ -225,7 +236,10 @@ for (const engine of engines) {
       await store.migrate();
       await store.migrate();
       const columns = (
-        await sql(`SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = $1 AND column_name LIKE 'response_%' ORDER BY column_name`, [table])
+        await sql(
+          `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = $1 AND column_name LIKE 'response_%' ORDER BY column_name`,
+          [table],
+        )
       ).rows.map((r) => `${String(r.column_name)}:${String(r.is_nullable)}`);
       assert.deepEqual(columns, ['response_body:YES', 'response_body_ref:YES', 'response_headers:YES', 'response_key_id:YES', 'response_status:YES']);
       const idem = new IdempotencyEngine({ store, heartbeatMs: 0 });
@@ -270,7 +284,10 @@ for (const engine of engines) {
       const second = await t.idem.begin({ scope: 's', key: 'lost', fingerprint: fp(1) });
       assert.equal(second.kind, 'execute');
       // Fenced before the blob is written: nothing to clean up.
-      await assert.rejects((first as { execution: import('../src/engine/execution.js').Execution<Queryable> }).execution.finish(response(body)), LeaseLostError);
+      await assert.rejects(
+        (first as { execution: import('../src/engine/execution.js').Execution<Queryable> }).execution.finish(response(body)),
+        LeaseLostError,
+      );
       assert.deepEqual(calls, ['put ok'], 'a fenced finish writes no external blob');
       // The commit fails after the blob was written (an effect that throws after the fenced UPDATE is not possible,
       // so make COMMIT fail: a deferred constraint violated by the effects).
@@ -300,10 +317,14 @@ for (const engine of engines) {
           let runs = 0;
           const cleanups: Array<() => Promise<void>> = [];
           try {
-            const app = harness.build({ store: t.store, heartbeatMs: 0 }, () => {
-              runs++;
-              return { status: 201, headers: { 'content-type': 'application/octet-stream' }, body };
-            }, (fn) => void cleanups.push(fn));
+            const app = harness.build(
+              { store: t.store, heartbeatMs: 0 },
+              () => {
+                runs++;
+                return { status: 201, headers: { 'content-type': 'application/octet-stream' }, body };
+              },
+              (fn) => void cleanups.push(fn),
+            );
             const url = await app.serve();
             const send = () =>
               fetch(`${url}/v1/exports`, { method: 'POST', headers: { 'idempotency-key': 'export-1', 'content-type': 'application/json' }, body: '{}' });

@@ -28,10 +28,14 @@ function attempts(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: ()
     await db().query(`CREATE TABLE "${notes}" (customer text NOT NULL)`);
     cleanup(async () => void (await db().query(`DROP TABLE IF EXISTS "${notes}"`)));
     const counter = { H: 0 };
-    const app = harness.build({ store, onHandlerError: () => undefined, ...options }, (req, ctx) => {
-      counter.H++;
-      return route(req, ctx);
-    }, cleanup);
+    const app = harness.build(
+      { store, onHandlerError: () => undefined, ...options },
+      (req, ctx) => {
+        counter.H++;
+        return route(req, ctx);
+      },
+      cleanup,
+    );
     return { app, counter, table, notes, store };
   }
 
@@ -62,17 +66,20 @@ function attempts(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: ()
 
   it('maxAttempts is an option; infrastructure failures (dropped connection, SQLSTATE 08, errors marked transient) do not count', async () => {
     let transient = true;
-    const { app, counter, table } = await setup(() => {
-      if (transient) {
-        const kinds = [
-          new Error('Connection terminated unexpectedly'),
-          Object.assign(new Error('server closed the connection'), { code: '08006' }),
-          Object.assign(new Error('payment provider down'), { transient: true }),
-        ];
-        throw kinds[counter.H % 3]!;
-      }
-      throw new Error('a bug in the handler');
-    }, { maxAttempts: 2 });
+    const { app, counter, table } = await setup(
+      () => {
+        if (transient) {
+          const kinds = [
+            new Error('Connection terminated unexpectedly'),
+            Object.assign(new Error('server closed the connection'), { code: '08006' }),
+            Object.assign(new Error('payment provider down'), { transient: true }),
+          ];
+          throw kinds[counter.H % 3]!;
+        }
+        throw new Error('a bug in the handler');
+      },
+      { maxAttempts: 2 },
+    );
     const send = () => app.send('/v1/charges', requestInit({ key: 'flaky', json: {} }));
     for (let i = 0; i < 4; i++) await assertProblem(await send(), 500, 'request-failed-retry');
     assert.equal((await failedAttempts(db(), table, 'flaky'))!.failed_attempts, 0, 'transient failures are not counted');
@@ -101,16 +108,34 @@ for (const engine of engines) {
         },
       });
       // The client's own attempt fails once and never retries.
-      const first = await http.handle(new Request('http://api.test/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'abandoned', 'content-type': 'application/json' }, body: '{}' }), () => {
-        throw new Error('fails every time');
-      });
+      const first = await http.handle(
+        new Request('http://api.test/v1/charges', {
+          method: 'POST',
+          headers: { 'idempotency-key': 'abandoned', 'content-type': 'application/json' },
+          body: '{}',
+        }),
+        () => {
+          throw new Error('fails every time');
+        },
+      );
       await assertProblem(first, 500, 'request-failed-retry');
       const reports = [];
       for (let pass = 0; pass < 4; pass++) reports.push(await completer.runOnce());
-      assert.deepEqual(reports.map((r) => r.found), [1, 1, 0, 0], 'listed until the key is finished');
+      assert.deepEqual(
+        reports.map((r) => r.found),
+        [1, 1, 0, 0],
+        'listed until the key is finished',
+      );
       assert.equal(runs, 2, 'the completer ran it twice (attempts 2 and 3), then stopped');
       assert.deepEqual({ ...(await failedAttempts(db.client(), table, 'abandoned')) }, { state: 'done', failed_attempts: 3 });
-      const replay = await http.handle(new Request('http://api.test/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'abandoned', 'content-type': 'application/json' }, body: '{}' }), () => new Response('never'));
+      const replay = await http.handle(
+        new Request('http://api.test/v1/charges', {
+          method: 'POST',
+          headers: { 'idempotency-key': 'abandoned', 'content-type': 'application/json' },
+          body: '{}',
+        }),
+        () => new Response('never'),
+      );
       assert.equal(replay.headers.get('idempotent-replayed'), 'true');
       await assertProblem(replay, 500, 'request-failed-permanently');
     });

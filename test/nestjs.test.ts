@@ -10,10 +10,18 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { PGlite } from '@electric-sql/pglite';
 import { Body, Controller, Get, HttpCode, Inject, Module, Post, type DynamicModule } from '@nestjs/common';
-import { IDEMPOTENCY, IDEMPOTENCY_STORE, IdemContext, Idempotent, IdempotencyModule, HttpIdempotency, type IdempotencyContext } from '../src/nestjs/index.js';
+import {
+  IDEMPOTENCY,
+  IDEMPOTENCY_STORE,
+  IdemContext,
+  Idempotent,
+  IdempotencyModule,
+  type HttpIdempotency,
+  type IdempotencyContext,
+} from '../src/nestjs/index.js';
 import type { IdempotencyOptions } from '../src/http/idempotency.js';
 import type { Queryable } from '../src/postgres/client.js';
-import { PostgresStore } from '../src/postgres/index.js';
+import type { PostgresStore } from '../src/postgres/index.js';
 import { AppModule, OrdersController } from '../examples/nestjs/app.js';
 import { freshStore, tableName } from './helpers/engines.js';
 import { startNest } from './helpers/harness-nestjs.js';

@@ -63,10 +63,13 @@ function stop(child: ChildProcess): Promise<void> {
 }
 
 let buildMs = 0;
-before(async () => {
-  buildMs = await ensureNextBuild();
-  if (buildMs > 0) console.log(`# next build took ${Math.round(buildMs)} ms`);
-}, { timeout: 600_000 });
+before(
+  async () => {
+    buildMs = await ensureNextBuild();
+    if (buildMs > 0) console.log(`# next build took ${Math.round(buildMs)} ms`);
+  },
+  { timeout: 600_000 },
+);
 
 const stores: Array<{ name: string; env(): Promise<{ env: Record<string, string>; drop(): Promise<void> }> }> = [
   { name: 'PGlite inside the Next server', env: async () => ({ env: { DATABASE_URL: '' }, drop: async () => undefined }) },
@@ -94,11 +97,14 @@ for (const store of stores) {
   describe(`examples/next under next start, on ${store.name}`, () => {
     let server: Awaited<ReturnType<typeof startExample>>;
     let drop: () => Promise<void> = async () => undefined;
-    before(async () => {
-      const chosen = await store.env();
-      drop = chosen.drop;
-      server = await startExample(chosen.env);
-    }, { timeout: 180_000 });
+    before(
+      async () => {
+        const chosen = await store.env();
+        drop = chosen.drop;
+        server = await startExample(chosen.env);
+      },
+      { timeout: 180_000 },
+    );
     after(async () => {
       if (server) await stop(server.child);
       await drop();
@@ -144,8 +150,13 @@ for (const store of stores) {
 
     it('10 parallel duplicates create one charge: one original 201, the rest replays of it or 409 in progress', async () => {
       const responses = await Promise.all(Array.from({ length: 10 }, () => post({ key: 'next-parallel', json: { amount: 42 } })));
-      const results = await Promise.all(responses.map(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), text: await r.text() })));
-      assert.ok(results.every((r) => r.status === 201 || r.status === 409), results.map((r) => r.status).join(','));
+      const results = await Promise.all(
+        responses.map(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), text: await r.text() })),
+      );
+      assert.ok(
+        results.every((r) => r.status === 201 || r.status === 409),
+        results.map((r) => r.status).join(','),
+      );
       const ok = results.filter((r) => r.status === 201);
       assert.equal(ok.filter((r) => r.replayed !== 'true').length, 1, 'exactly one original');
       assert.equal(new Set(ok.map((r) => r.text)).size, 1, 'every 201 carries the same charge');

@@ -66,7 +66,10 @@ for (const engine of engines) {
       db.cleanup(async () => void (await q().query(`DROP TABLE IF EXISTS "${table}"; DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`)));
       const first = await store.migrate();
       assert.equal(first.table, 'created');
-      assert.deepEqual(first.partitionsCreated, [-1, 0, 1, 2, 3].map((d) => partitionOf(table, utcDay(d))));
+      assert.deepEqual(
+        first.partitionsCreated,
+        [-1, 0, 1, 2, 3].map((d) => partitionOf(table, utcDay(d))),
+      );
       assert.deepEqual(await store.migrate(), { table: 'exists', partitionsCreated: [] }, 'idempotent');
       assert.deepEqual(await store.maintain(), [], 'maintain has nothing to do');
       assert.equal(await store.tableMode(), 'partitioned');
@@ -90,7 +93,7 @@ for (const engine of engines) {
       const { store, table } = await fresh();
       const t1 = token(await store.claim(input('k')));
       await beforeMidnight(table, 'k');
-      assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(-1))], 'the row lives in yesterday\'s partition');
+      assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(-1))], "the row lives in yesterday's partition");
 
       // The retry after midnight finds it (a plain unique index could not see across partitions).
       const again = await store.claim(input('k'));
@@ -106,7 +109,11 @@ for (const engine of engines) {
       const taken = await store.takeOver(ref, 60_000);
       assert.equal(taken.kind, 'taken');
       const t2 = (taken as { token: number }).token;
-      assert.deepEqual(await store.commit(ref, () => ({ kind: 'phase', phase: 'late', result: null, leaseMs: 60_000 })), { kind: 'fenced' }, 'the old token is fenced');
+      assert.deepEqual(
+        await store.commit(ref, () => ({ kind: 'phase', phase: 'late', result: null, leaseMs: 60_000 })),
+        { kind: 'fenced' },
+        'the old token is fenced',
+      );
       const body = new Uint8Array([1, 2, 3]);
       const finished = await store.commit({ ...ref, token: t2 }, () => ({ kind: 'finish', response: { status: 201, headers: [], body } }));
       assert.equal(finished.kind, 'ok');
@@ -130,7 +137,7 @@ for (const engine of engines) {
       assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(0))]);
     });
 
-    it('a row from before midnight past retention is replaced by one row in today\'s partition', async () => {
+    it("a row from before midnight past retention is replaced by one row in today's partition", async () => {
       const { store, table } = await fresh();
       const t1 = token(await store.claim(input('k', { leaseMs: 0 })));
       await beforeMidnight(table, 'k');
@@ -138,7 +145,9 @@ for (const engine of engines) {
       const t2 = token(await store.claim(input('k', { fingerprint: fp(2), retentionMs: shortRetention })));
       assert.ok(t2 > t1, `replacement token ${t2} > ${t1}`);
       assert.deepEqual(await whereIs(table, 'k'), [partitionOf(table, utcDay(0))], 'old row deleted, new row today');
-      assert.deepEqual(await store.commit({ scope: 'tenant', key: 'k', token: t1 }, () => ({ kind: 'phase', phase: 'x', result: null, leaseMs: 1 })), { kind: 'fenced' });
+      assert.deepEqual(await store.commit({ scope: 'tenant', key: 'k', token: t1 }, () => ({ kind: 'phase', phase: 'x', result: null, leaseMs: 1 })), {
+        kind: 'fenced',
+      });
     });
 
     it('sweep drops each expired partition in one statement (no row deletes) and keeps the rest', async () => {
@@ -152,7 +161,9 @@ for (const engine of engines) {
       // Count row deletes: a statement trigger on the parent fires for any DELETE, none for a DROP.
       await q().query(`CREATE TABLE "${table}_deletes" (n int)`);
       db.cleanup(async () => void (await q().query(`DROP TABLE IF EXISTS "${table}_deletes"; DROP FUNCTION IF EXISTS "${table}_fn"() CASCADE`)));
-      await q().query(`CREATE FUNCTION "${table}_fn"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO "${table}_deletes" VALUES (1); RETURN NULL; END $$`);
+      await q().query(
+        `CREATE FUNCTION "${table}_fn"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO "${table}_deletes" VALUES (1); RETURN NULL; END $$`,
+      );
       await q().query(`CREATE TRIGGER "${table}_trg" AFTER DELETE ON "${table}" FOR EACH STATEMENT EXECUTE FUNCTION "${table}_fn"()`);
 
       const plan = await store.sweepPlan(60_000);
@@ -162,9 +173,12 @@ for (const engine of engines) {
       assert.equal(report.deleted, 2, 'the rows the partition held');
       assert.equal(Number((await q().query(`SELECT count(*)::int AS n FROM "${table}_deletes"`)).rows[0]!.n), 0, 'no DELETE ran');
       const parts = (await store.stats(60_000)).partitions!.map((p) => p.name);
-      assert.ok(!parts.includes(partitionOf(table, utcDay(-1))), 'yesterday\'s partition is gone');
-      assert.ok(parts.includes(partitionOf(table, utcDay(0))), 'today\'s stays');
-      assert.deepEqual((await q().query(`SELECT key FROM "${table}"`)).rows.map((r) => r.key), ['new']);
+      assert.ok(!parts.includes(partitionOf(table, utcDay(-1))), "yesterday's partition is gone");
+      assert.ok(parts.includes(partitionOf(table, utcDay(0))), "today's stays");
+      assert.deepEqual(
+        (await q().query(`SELECT key FROM "${table}"`)).rows.map((r) => r.key),
+        ['new'],
+      );
       assert.equal(await store.sweep({ retentionMs: 60_000 }), 0, 'nothing left to drop');
     });
 
@@ -194,7 +208,10 @@ for (const engine of engines) {
         const t1 = token(await store.claim(input('k')));
         await beforeMidnight(table, 'k');
         const results = await Promise.all(Array.from({ length: 30 }, () => store.claim(input('k'))));
-        assert.deepEqual(results.map((r) => r.kind), Array(30).fill('exists'));
+        assert.deepEqual(
+          results.map((r) => r.kind),
+          Array(30).fill('exists'),
+        );
         for (const r of results) assert.equal((r as { record: { token: number } }).record.token, t1);
         assert.equal((await whereIs(table, 'k')).length, 1, 'one row');
       });

@@ -29,14 +29,10 @@ for (const engine of engines) {
          FROM generate_series(1, $1::int) AS i`,
         [expired, fp],
       );
-      await q().query(
-        `INSERT INTO "${ctx.table}" (scope, key, fingerprint) SELECT 's', 'live-' || i, $2 FROM generate_series(1, $1::int) AS i`,
-        [live, fp],
-      );
+      await q().query(`INSERT INTO "${ctx.table}" (scope, key, fingerprint) SELECT 's', 'live-' || i, $2 FROM generate_series(1, $1::int) AS i`, [live, fp]);
       return ctx;
     };
-    const keysLeft = async (table: string) =>
-      (await q().query(`SELECT key FROM "${table}" ORDER BY key`)).rows.map((r) => String(r.key));
+    const keysLeft = async (table: string) => (await q().query(`SELECT key FROM "${table}" ORDER BY key`)).rows.map((r) => String(r.key));
 
     it('deletes exactly the rows past retention, in batches by key range, and reports progress', async () => {
       const { store, table } = await seeded(25, 4);
@@ -46,7 +42,11 @@ for (const engine of engines) {
       assert.equal(report.deleted, 25, 'every expired row deleted');
       assert.equal(report.scanned, 25);
       assert.equal(report.batches, 4, 'batches of 7, 7, 7 and 4');
-      assert.deepEqual(progress.map((p) => p.deleted), [7, 14, 21, 25], 'progress after each batch');
+      assert.deepEqual(
+        progress.map((p) => p.deleted),
+        [7, 14, 21, 25],
+        'progress after each batch',
+      );
       assert.equal(report.timedOut, false);
       assert.ok(report.cutoff.getTime() < Date.now() - RETENTION_MS + 60_000, `cutoff ${report.cutoff.toISOString()} is now - retention`);
       assert.deepEqual(await keysLeft(table), ['live-1', 'live-2', 'live-3', 'live-4']);

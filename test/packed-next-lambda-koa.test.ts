@@ -18,19 +18,22 @@ const run = promisify(execFile);
 
 describe('the packed package: idem/next, idem/lambda, idem/koa', () => {
   let dir = '';
-  before(async () => {
-    dir = mkdtempSync(path.join(os.tmpdir(), 'idem-packed-'));
-    const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', dir], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 });
-    const tarball = path.join(dir, stdout.trim().split('\n').at(-1)!);
-    const modules = path.join(dir, 'node_modules');
-    mkdirSync(path.join(modules, 'idem'), { recursive: true });
-    await run('tar', ['-xzf', tarball, '-C', path.join(modules, 'idem'), '--strip-components=1']);
-    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
-    for (const dep of [...Object.keys(pkg.dependencies), '@electric-sql/pglite']) {
-      mkdirSync(path.dirname(path.join(modules, dep)), { recursive: true });
-      symlinkSync(path.join(ROOT, 'node_modules', dep), path.join(modules, dep), 'dir');
-    }
-  }, { timeout: 300_000 });
+  before(
+    async () => {
+      dir = mkdtempSync(path.join(os.tmpdir(), 'idem-packed-'));
+      const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', dir], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 });
+      const tarball = path.join(dir, stdout.trim().split('\n').at(-1)!);
+      const modules = path.join(dir, 'node_modules');
+      mkdirSync(path.join(modules, 'idem'), { recursive: true });
+      await run('tar', ['-xzf', tarball, '-C', path.join(modules, 'idem'), '--strip-components=1']);
+      const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+      for (const dep of [...Object.keys(pkg.dependencies), '@electric-sql/pglite']) {
+        mkdirSync(path.dirname(path.join(modules, dep)), { recursive: true });
+        symlinkSync(path.join(ROOT, 'node_modules', dep), path.join(modules, dep), 'dir');
+      }
+    },
+    { timeout: 300_000 },
+  );
   after(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });

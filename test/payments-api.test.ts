@@ -11,9 +11,24 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { deriveKey } from '../src/core/derived-key.js';
-import { rand, until, settle, request, postCharge, pspCharges, getCharge, assertLocalCharge, PROBLEM, assertProblem, assertCreated, assertFresh, assertReplayOf, retryUntilCreated, assertInProgress, type ChargeBody } from './helpers/payments/api.js';
+import {
+  rand,
+  until,
+  settle,
+  postCharge,
+  pspCharges,
+  getCharge,
+  assertLocalCharge,
+  PROBLEM,
+  assertProblem,
+  assertCreated,
+  assertFresh,
+  assertReplayOf,
+  retryUntilCreated,
+  assertInProgress,
+  type ChargeBody,
+} from './helpers/payments/api.js';
 import { localRows } from './helpers/payments/databases.js';
 import { paymentsSuite, T } from './helpers/payments/suite.js';
 
@@ -53,7 +68,12 @@ paymentsSuite('example payments API, end to end: api', ({ backend, start, shared
 
     await assertLocalCharge(server, apiKey, charge);
     const rows = await liveRows(customer);
-    if (rows) assert.deepEqual(rows.map((r) => [r.id, r.status]), [[charge.id, 'succeeded']], 'exactly one local row');
+    if (rows)
+      assert.deepEqual(
+        rows.map((r) => [r.id, r.status]),
+        [[charge.id, 'succeeded']],
+        'exactly one local row',
+      );
   });
 
   test('2. 50 parallel identical requests: 201 or 409 (with Retry-After), one PSP charge, one local row; then a replay', T, async () => {
@@ -90,7 +110,12 @@ paymentsSuite('example payments API, end to end: api', ({ backend, start, shared
 
     await assertLocalCharge(server, apiKey, charge);
     const rows = await liveRows(customer);
-    if (rows) assert.deepEqual(rows.map((r) => [r.id, r.status]), [[charge.id, 'succeeded']], 'exactly one local row');
+    if (rows)
+      assert.deepEqual(
+        rows.map((r) => [r.id, r.status]),
+        [[charge.id, 'succeeded']],
+        'exactly one local row',
+      );
   });
 
   test('3a. the same key with a different amount gets a 422 problem; the original still replays', T, async () => {
@@ -122,7 +147,13 @@ paymentsSuite('example payments API, end to end: api', ({ backend, start, shared
     // PSP charge is visible, the first request (the only one sent) has claimed the key and
     // stays in flight for another PSP_3B_LATENCY_MS / 2. Works on PGlite too, where the test
     // cannot read the server's database while it runs.
-    await until('the first request to reach the PSP', () => pspCharges(server, customer), (c) => c.length === 1, 20_000, 20);
+    await until(
+      'the first request to reach the PSP',
+      () => pspCharges(server, customer),
+      (c) => c.length === 1,
+      20_000,
+      20,
+    );
     assertInProgress(await postCharge(server, { apiKey, key, body }), 'the first request must still be running:');
     const mismatch = await postCharge(server, { apiKey, key, body: { ...body, amount: 1001 } });
     assertProblem(mismatch, 422, PROBLEM + 'idempotency-key-reused', 'mismatch while in flight:');

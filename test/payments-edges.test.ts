@@ -40,7 +40,15 @@ after(() => {
 function startServer(env: Record<string, string>): Promise<Server> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'examples/payments/server.ts'], {
     cwd: ROOT,
-    env: { ...process.env, PORT: '0', PSP_LATENCY_MS: '0', IDEM_COMPLETER_INTERVAL_MS: '0', IDEM_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS), DATABASE_URL: '', ...env },
+    env: {
+      ...process.env,
+      PORT: '0',
+      PSP_LATENCY_MS: '0',
+      IDEM_COMPLETER_INTERVAL_MS: '0',
+      IDEM_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS),
+      DATABASE_URL: '',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.add(child);
@@ -184,7 +192,9 @@ for (const backend of backends) {
     });
 
     if (backend.name === 'postgres') {
-      it('a database that goes silent: /readyz and a new charge 503 within the deadline + 1 s while /healthz stays 200; 200 and 201 again after, no restart', { timeout: 60_000 }, async () => {
+      it('a database that goes silent: /readyz and a new charge 503 within the deadline + 1 s while /healthz stays 200; 200 and 201 again after, no restart', {
+        timeout: 60_000,
+      }, async () => {
         const apiKey = `sk_${rand()}`;
         const warm = await charge(server, `warm-${rand()}`, JSON.stringify({ amount: 100, currency: 'usd', customer: 'cus_1' }), apiKey);
         assert.equal(warm.status, 201);

@@ -11,9 +11,20 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import Stripe from 'stripe';
-import { rand, request, postCharge, pspCharges, PROBLEM, assertProblem, assertCreated, assertReplayOf, retryUntilCreated, type ChargeBody, type PspCharge } from './helpers/payments/api.js';
+import {
+  rand,
+  request,
+  postCharge,
+  pspCharges,
+  PROBLEM,
+  assertProblem,
+  assertCreated,
+  assertReplayOf,
+  retryUntilCreated,
+  type ChargeBody,
+  type PspCharge,
+} from './helpers/payments/api.js';
 import { startResetProxy } from './helpers/payments/reset-proxy.js';
 import { paymentsSuite, T } from './helpers/payments/suite.js';
 

@@ -68,7 +68,7 @@ const charge = (server: Server, apiKey: string, key: string, customer: string) =
 const pspCharges = async (server: Server, customer: string) =>
   ((await (await fetch(`${server.url}/v1/psp/charges`)).json()) as { data: Array<{ customer: string }> }).data.filter((c) => c.customer === customer);
 
-describe('example payments API with REDIS_URL (claims in Redis, phases in the database)', { timeout: 300_000 , skip: redisSkip }, () => {
+describe('example payments API with REDIS_URL (claims in Redis, phases in the database)', { timeout: 300_000, skip: redisSkip }, () => {
   const prefix = randomPrefix();
   let dbEnv: Record<string, string>;
   let cleanupDb: () => Promise<void>;
@@ -129,7 +129,10 @@ describe('example payments API with REDIS_URL (claims in Redis, phases in the da
       const burstCustomer = `cus_${randomUUID().slice(0, 8)}`;
       const burstKey = `burst-${randomUUID().slice(0, 8)}`;
       const answers = await Promise.all(Array.from({ length: 30 }, () => charge(server, apiKey, burstKey, burstCustomer)));
-      assert.ok(answers.every((a) => a.status === 201 || a.status === 409), answers.map((a) => a.status).join(','));
+      assert.ok(
+        answers.every((a) => a.status === 201 || a.status === 409),
+        answers.map((a) => a.status).join(','),
+      );
       assert.equal(answers.filter((a) => a.status === 201 && a.replayed === null).length, 1, 'one fresh 201');
       assert.equal((await pspCharges(server, burstCustomer)).length, 1);
     } finally {

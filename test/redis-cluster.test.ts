@@ -12,7 +12,7 @@ import { clusterClients, randomPrefix, startCluster, type TestCluster, type Test
 import { RedisStore } from '../src/redis/index.js';
 import type { ClaimResult } from '../src/store/types.js';
 
-describe('Redis Cluster (3 masters on loopback)', { timeout: 600_000 , skip: redisSkip }, () => {
+describe('Redis Cluster (3 masters on loopback)', { timeout: 600_000, skip: redisSkip }, () => {
   let cluster: TestCluster;
   before(async () => {
     cluster = await startCluster();
@@ -22,12 +22,21 @@ describe('Redis Cluster (3 masters on loopback)', { timeout: 600_000 , skip: red
   });
 
   for (const name of ['node-redis cluster', 'ioredis cluster']) {
-    redisStoreSuite(name, () => clusterClients(cluster).find((c) => c.name === name)!.open(), { ownServer: true });
+    redisStoreSuite(
+      name,
+      () =>
+        clusterClients(cluster)
+          .find((c) => c.name === name)!
+          .open(),
+      { ownServer: true },
+    );
   }
 
   for (const name of ['node-redis cluster', 'ioredis cluster']) {
     it(`${name}: resharding slots with live keys while claims run loses and doubles no claim`, async () => {
-      const t: TestClient = await clusterClients(cluster).find((c) => c.name === name)!.open();
+      const t: TestClient = await clusterClients(cluster)
+        .find((c) => c.name === name)!
+        .open();
       try {
         const store = new RedisStore({ client: t.client, prefix: randomPrefix() });
         const body = new Uint8Array([1, 2, 3]);
@@ -40,12 +49,17 @@ describe('Redis Cluster (3 masters on loopback)', { timeout: 600_000 , skip: red
         const worker = async () => {
           while (!stop) {
             const key = `k${n++}`;
-            const [a, b] = await Promise.all([0, 1].map(() => store.claim({ scope: 's', key, fingerprint: new Uint8Array(32).fill(1), leaseMs: 60_000, retentionMs: 600_000 })));
+            const [a, b] = await Promise.all(
+              [0, 1].map(() => store.claim({ scope: 's', key, fingerprint: new Uint8Array(32).fill(1), leaseMs: 60_000, retentionMs: 600_000 })),
+            );
             outcomes.push(a!, b!);
             const won = [a!, b!].filter((r) => r.kind === 'claimed') as Array<{ token: number }>;
             claimsOf.set(key, won.length);
             if (won.length === 1) {
-              const fin = await store.commit({ scope: 's', key, token: won[0]!.token }, () => ({ kind: 'finish', response: { status: 201, headers: [], body } }));
+              const fin = await store.commit({ scope: 's', key, token: won[0]!.token }, () => ({
+                kind: 'finish',
+                response: { status: 201, headers: [], body },
+              }));
               assert.equal(fin.kind, 'ok');
             }
           }

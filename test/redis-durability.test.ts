@@ -16,7 +16,7 @@ import { randomPrefix, startReplicaPair, type ReplicaPair } from './helpers/redi
 const fp = new Uint8Array(32).fill(1);
 const claimInput = (key: string) => ({ scope: 's', key, fingerprint: fp, leaseMs: 60_000, retentionMs: 600_000 });
 
-describe('RedisStore durability (WAIT)', { timeout: 120_000 , skip: redisSkip }, () => {
+describe('RedisStore durability (WAIT)', { timeout: 120_000, skip: redisSkip }, () => {
   let pair: ReplicaPair;
   let client: ReturnType<typeof createClient>;
   before(async () => {
@@ -38,10 +38,16 @@ describe('RedisStore durability (WAIT)', { timeout: 120_000 , skip: redisSkip },
     const replica = createClient({ url: `redis://127.0.0.1:${pair.replicaPort}` });
     await replica.connect();
     try {
-      const done = await store.commit({ scope: 's', key: 'k', token }, () => ({ kind: 'finish', response: { status: 201, headers: [], body: new Uint8Array([1]) } }));
+      const done = await store.commit({ scope: 's', key: 'k', token }, () => ({
+        kind: 'finish',
+        response: { status: 201, headers: [], body: new Uint8Array([1]) },
+      }));
       assert.equal(done.kind, 'ok');
       const keys = (await replica.sendCommand(['KEYS', '*'])) as string[];
-      assert.ok(keys.some((k) => k.endsWith(':{s:k}')), `the replica holds the key: ${keys.join(', ')}`);
+      assert.ok(
+        keys.some((k) => k.endsWith(':{s:k}')),
+        `the replica holds the key: ${keys.join(', ')}`,
+      );
     } finally {
       replica.destroy();
     }

@@ -15,7 +15,9 @@ import type { CommitRecord, StoredResponse } from '../src/store/types.js';
 const fp = new Uint8Array(32).fill(1);
 const RESPONSE: StoredResponse = { status: 201, headers: [['content-type', 'text/plain']], body: new Uint8Array([104, 105]) };
 /** A phase record; lease 0 ms so the worker's lease stays over and a takeover can happen right after. */
-const phase = (name: string, leaseMs = 0) => (value: unknown): CommitRecord => ({ kind: 'phase', phase: name, result: value, leaseMs });
+const phase =
+  (name: string, leaseMs = 0) =>
+  (value: unknown): CommitRecord => ({ kind: 'phase', phase: name, result: value, leaseMs });
 
 for (const engine of engines) {
   describe(`RedisStore + PostgresPhases on ${engine.name}`, { skip: redisSkip }, () => {

@@ -11,9 +11,17 @@ import { haveServerBinaries, startCluster, type Cluster } from '../bench/lib/pg-
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const idem = (args: string[], env: Record<string, string>) =>
-  spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', timeout: 60_000 });
+  spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
 
-describe('idem stats and streaming replication', { skip: haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)', timeout: 180_000 }, () => {
+describe('idem stats and streaming replication', {
+  skip: haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)',
+  timeout: 180_000,
+}, () => {
   let cluster: Cluster;
   before(async () => {
     cluster = await startCluster({ sync: false });
@@ -51,7 +59,11 @@ describe('idem stats and streaming replication', { skip: haveServerBinaries() ? 
 
 describe('bench/replication.ts', { skip: haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)', timeout: 300_000 }, () => {
   it('reproduces both figures on local instances: 0 charged again with a synchronous standby, some with an asynchronous one', () => {
-    const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/replication.ts', '--keys', '20', '--no-write'], { cwd: ROOT, encoding: 'utf8', timeout: 280_000 });
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/replication.ts', '--keys', '20', '--no-write'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 280_000,
+    });
     assert.equal(run.status, 0, run.stdout + run.stderr);
     const row = (mode: string) => {
       const match = new RegExp(`^\\| ${mode} \\| (\\d+) \\| (\\d+) \\| \\*\\*(\\d+)\\*\\* of \\d+ \\| (\\d+) \\|$`, 'm').exec(run.stdout);

@@ -34,37 +34,48 @@ function edges(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: () =>
     const { store, table, drop } = await freshStore(db());
     cleanup(drop);
     const counter = { H: 0 };
-    const app = harness.build({ store, onHandlerError: () => undefined, ...options }, (req, ctx) => {
-      counter.H++;
-      return route(req, ctx);
-    }, cleanup);
+    const app = harness.build(
+      { store, onHandlerError: () => undefined, ...options },
+      (req, ctx) => {
+        counter.H++;
+        return route(req, ctx);
+      },
+      cleanup,
+    );
     const send = (path: string, s: Send = {}) => app.send(path, requestInit(s));
     return { counter, send, rows: () => keyRows(db(), table), count: () => countRows(db(), table) };
   }
 
-  it('a body stream erroring after the first chunk: idem 500 problem, lease released with the recovery point kept, the retry resumes at once', GATED, async () => {
-    let charged = 0;
-    let broken = true;
-    const { send, counter, rows } = await setup(async (_req, ctx) => {
-      await ctx!.phase('charged', async () => ++charged);
-      if (broken) {
-        broken = false;
-        return new Response(brokenStream(), { status: 201, headers: { 'content-type': 'application/json' } });
-      }
-      return { status: 201, headers: { 'content-type': 'application/json' }, body: '{"ok":true}' };
-    }, { leaseMs: 600_000 });
-    const first = await send('/v1/charges', { key: 'stream-1', json: { a: 1 } });
-    await assertProblem(first, 500, 'request-failed-retry');
-    const [row] = await rows();
-    assert.equal(row!.state, 'started');
-    assert.equal(row!.recovery_point, 'charged', 'recovery point kept');
-    assert.equal(row!.locked, false, 'lease released, not held for the rest of a 10-minute lease');
-    const retry = await send('/v1/charges', { key: 'stream-1', json: { a: 1 } });
-    assert.equal(retry.status, 201, 'the retry resumes at once (no 409)');
-    assert.deepEqual(JSON.parse(await retry.text()), { ok: true });
-    assert.equal(counter.H, 2);
-    assert.equal(charged, 1, 'the committed phase is not repeated');
-  });
+  it(
+    'a body stream erroring after the first chunk: idem 500 problem, lease released with the recovery point kept, the retry resumes at once',
+    GATED,
+    async () => {
+      let charged = 0;
+      let broken = true;
+      const { send, counter, rows } = await setup(
+        async (_req, ctx) => {
+          await ctx!.phase('charged', async () => ++charged);
+          if (broken) {
+            broken = false;
+            return new Response(brokenStream(), { status: 201, headers: { 'content-type': 'application/json' } });
+          }
+          return { status: 201, headers: { 'content-type': 'application/json' }, body: '{"ok":true}' };
+        },
+        { leaseMs: 600_000 },
+      );
+      const first = await send('/v1/charges', { key: 'stream-1', json: { a: 1 } });
+      await assertProblem(first, 500, 'request-failed-retry');
+      const [row] = await rows();
+      assert.equal(row!.state, 'started');
+      assert.equal(row!.recovery_point, 'charged', 'recovery point kept');
+      assert.equal(row!.locked, false, 'lease released, not held for the rest of a 10-minute lease');
+      const retry = await send('/v1/charges', { key: 'stream-1', json: { a: 1 } });
+      assert.equal(retry.status, 201, 'the retry resumes at once (no 409)');
+      assert.deepEqual(JSON.parse(await retry.text()), { ok: true });
+      assert.equal(counter.H, 2);
+      assert.equal(charged, 1, 'the committed phase is not repeated');
+    },
+  );
 
   it('a response past maxResponseBytes reaches the client whole; the key stores a response-too-large-to-keep problem and never runs again', GATED, async () => {
     const big = new Uint8Array(200_000).map((_, i) => i % 251);
@@ -86,10 +97,11 @@ function edges(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: () =>
 
   it('a returned 503 before any phase: Retry-After passed through, nothing stored, the retry runs the handler again', GATED, async () => {
     let unavailable = true;
-    const { send, counter, count } = await setup((): Reply =>
-      unavailable
-        ? { status: 503, headers: { 'retry-after': '7', 'content-type': 'text/plain' }, body: 'psp down' }
-        : { status: 201, headers: { 'content-type': 'application/json' }, body: '{"ok":true}' },
+    const { send, counter, count } = await setup(
+      (): Reply =>
+        unavailable
+          ? { status: 503, headers: { 'retry-after': '7', 'content-type': 'text/plain' }, body: 'psp down' }
+          : { status: 201, headers: { 'content-type': 'application/json' }, body: '{"ok":true}' },
     );
     const first = await send('/v1/charges', { key: 'down-1', json: { a: 1 } });
     assert.equal(first.status, 503);
@@ -139,11 +151,21 @@ function edges(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: () =>
   });
 
   for (const [name, options] of [
-    ['fingerprintIgnore: [\'/id\']', { fingerprintIgnore: ['/id'] }],
-    ['fingerprintProjection', { fingerprintProjection: (rpc: unknown) => ({ method: (rpc as { method: unknown }).method, params: (rpc as { params: unknown }).params }) }],
+    ["fingerprintIgnore: ['/id']", { fingerprintIgnore: ['/id'] }],
+    [
+      'fingerprintProjection',
+      { fingerprintProjection: (rpc: unknown) => ({ method: (rpc as { method: unknown }).method, params: (rpc as { params: unknown }).params }) },
+    ],
   ] as const) {
     it(`JSON-RPC with ${name}: a retry with a new envelope id replays; other params get 422`, async () => {
-      const { send, counter } = await setup(async (req) => ({ status: 200, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', result: 'paid', id: (await req.json<{ id: number }>()).id }) }), options);
+      const { send, counter } = await setup(
+        async (req) => ({
+          status: 200,
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ jsonrpc: '2.0', result: 'paid', id: (await req.json<{ id: number }>()).id }),
+        }),
+        options,
+      );
       const rpc = (id: number, amount: number) => ({ key: 'rpc-1', json: { jsonrpc: '2.0', method: 'charge', params: { amount }, id } });
       const first = await send('/rpc', rpc(1, 100));
       assert.equal(first.status, 200);

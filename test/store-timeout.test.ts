@@ -60,47 +60,60 @@ describe('a silent database (storeTimeoutMs)', { skip: process.env.DATABASE_URL 
     const viaProxy = new pg.Pool({ connectionString: url.toString(), max: pool.max });
     viaProxy.on('error', () => undefined);
     cleanups.push(() => Promise.race([viaProxy.end(), new Promise<void>((r) => setTimeout(r, 2000))]));
-    const store = new PostgresStore({ client: viaProxy, table, storeTimeoutMs: DEADLINE_MS, ...(pool.maxPoolWaiting ? { maxPoolWaiting: pool.maxPoolWaiting } : {}) });
+    const store = new PostgresStore({
+      client: viaProxy,
+      table,
+      storeTimeoutMs: DEADLINE_MS,
+      ...(pool.maxPoolWaiting ? { maxPoolWaiting: pool.maxPoolWaiting } : {}),
+    });
     const counter = { H: 0 };
-    const app = harness.build({ store, leaseMs: 10_000, onHandlerError: () => undefined }, (req, ctx) => {
-      counter.H++;
-      return route(req, ctx);
-    }, (fn) => void cleanups.push(fn));
+    const app = harness.build(
+      { store, leaseMs: 10_000, onHandlerError: () => undefined },
+      (req, ctx) => {
+        counter.H++;
+        return route(req, ctx);
+      },
+      (fn) => void cleanups.push(fn),
+    );
     return { app, counter, pool: viaProxy };
   }
 
   const created: Route = () => ({ status: 201, headers: { 'content-type': 'application/json' }, body: '{"ok":true}' });
 
   for (const harness of harnesses) {
-    it(`${harness.name}: 503 + Retry-After within the deadline + 1 s, handler not run; 201 again within 3 s of the database answering, no restart`, SLOW, async () => {
-      const { app, counter, pool } = await setup(harness, created, { max: 3 });
-      const send = (key: string) => app.send('/v1/charges', requestInit({ key, json: { a: 1 } }));
-      const warm = await within(send('warm'), 10_000, 'warm-up');
-      assert.equal(warm.res.status, 201);
-      await warm.res.arrayBuffer();
-      proxy.mode('silent');
-      try {
-        // More requests than pool connections: none queues past the deadline.
-        const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => within(send(`silent-${i}`), DEADLINE_MS + 1000, `request ${i}`)));
-        for (const { res } of answers) {
-          await assertProblem(res, 503, 'idempotency-store-unavailable');
-          assert.equal(res.headers.get('retry-after'), '1');
+    it(
+      `${harness.name}: 503 + Retry-After within the deadline + 1 s, handler not run; 201 again within 3 s of the database answering, no restart`,
+      SLOW,
+      async () => {
+        const { app, counter, pool } = await setup(harness, created, { max: 3 });
+        const send = (key: string) => app.send('/v1/charges', requestInit({ key, json: { a: 1 } }));
+        const warm = await within(send('warm'), 10_000, 'warm-up');
+        assert.equal(warm.res.status, 201);
+        await warm.res.arrayBuffer();
+        proxy.mode('silent');
+        try {
+          // More requests than pool connections: none queues past the deadline.
+          const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => within(send(`silent-${i}`), DEADLINE_MS + 1000, `request ${i}`)));
+          for (const { res } of answers) {
+            await assertProblem(res, 503, 'idempotency-store-unavailable');
+            assert.equal(res.headers.get('retry-after'), '1');
+          }
+          assert.equal(counter.H, 1, 'no handler ran while the database was silent');
+        } finally {
+          proxy.mode('forward');
         }
-        assert.equal(counter.H, 1, 'no handler ran while the database was silent');
-      } finally {
-        proxy.mode('forward');
-      }
-      const again = await within(send('after'), 3000, 'the first request after the database answers again');
-      assert.equal(again.res.status, 201);
-      await again.res.arrayBuffer();
-      assert.ok(pool.totalCount <= 3, `no connection leaked (${pool.totalCount} open)`);
-      // The silent keys were never claimed: each runs now.
-      const retried = await within(send('silent-0'), 2000, 'a retry of a shed request');
-      assert.equal(retried.res.status, 201);
-      assert.equal(retried.res.headers.get('idempotent-replayed'), null);
-      await retried.res.arrayBuffer();
-      assert.equal(counter.H, 3);
-    });
+        const again = await within(send('after'), 3000, 'the first request after the database answers again');
+        assert.equal(again.res.status, 201);
+        await again.res.arrayBuffer();
+        assert.ok(pool.totalCount <= 3, `no connection leaked (${pool.totalCount} open)`);
+        // The silent keys were never claimed: each runs now.
+        const retried = await within(send('silent-0'), 2000, 'a retry of a shed request');
+        assert.equal(retried.res.status, 201);
+        assert.equal(retried.res.headers.get('idempotent-replayed'), null);
+        await retried.res.arrayBuffer();
+        assert.equal(counter.H, 3);
+      },
+    );
   }
 
   it('the pool queue is bounded: past maxPoolWaiting a request gets 503 at once, not after the deadline', SLOW, async () => {
@@ -122,34 +135,42 @@ describe('a silent database (storeTimeoutMs)', { skip: process.env.DATABASE_URL 
     assert.equal(counter.H, 1);
   });
 
-  it('mid-work: a phase past the deadline fails the attempt (500, retry with the same key), and the retry completes once the database answers', SLOW, async () => {
-    let phases = 0;
-    const { app, counter } = await setup(harnesses[0]!, async (_req, ctx) => {
-      await ctx!.phase('first', async () => ++phases);
-      if (counter.H === 1) proxy.mode('silent');
-      await ctx!.phase('second', async () => ++phases);
-      return { status: 201, body: 'done' };
-    }, { max: 3 });
-    const send = () => app.send('/v1/charges', requestInit({ key: 'mid', json: { a: 1 } }));
-    try {
-      const failed = await within(send(), 3 * DEADLINE_MS + 1000, 'the attempt that met the silence');
-      await assertProblem(failed.res, 500, 'request-failed-retry');
-    } finally {
-      proxy.mode('forward');
-    }
-    // The release met the silence too, so the retry may wait out the 10 s lease (409s).
-    const started = performance.now();
-    for (;;) {
-      const { res } = await within(send(), 5000, 'retry');
-      const text = await res.text();
-      if (res.status === 201) {
-        assert.equal(text, 'done');
-        break;
+  it(
+    'mid-work: a phase past the deadline fails the attempt (500, retry with the same key), and the retry completes once the database answers',
+    SLOW,
+    async () => {
+      let phases = 0;
+      const { app, counter } = await setup(
+        harnesses[0]!,
+        async (_req, ctx) => {
+          await ctx!.phase('first', async () => ++phases);
+          if (counter.H === 1) proxy.mode('silent');
+          await ctx!.phase('second', async () => ++phases);
+          return { status: 201, body: 'done' };
+        },
+        { max: 3 },
+      );
+      const send = () => app.send('/v1/charges', requestInit({ key: 'mid', json: { a: 1 } }));
+      try {
+        const failed = await within(send(), 3 * DEADLINE_MS + 1000, 'the attempt that met the silence');
+        await assertProblem(failed.res, 500, 'request-failed-retry');
+      } finally {
+        proxy.mode('forward');
       }
-      assert.equal(res.status, 409, text);
-      assert.ok(performance.now() - started < 20_000, 'the retry completes within the lease');
-      await new Promise((r) => setTimeout(r, 500));
-    }
-    assert.equal(phases, 2, 'the first phase was not repeated');
-  });
+      // The release met the silence too, so the retry may wait out the 10 s lease (409s).
+      const started = performance.now();
+      for (;;) {
+        const { res } = await within(send(), 5000, 'retry');
+        const text = await res.text();
+        if (res.status === 201) {
+          assert.equal(text, 'done');
+          break;
+        }
+        assert.equal(res.status, 409, text);
+        assert.ok(performance.now() - started < 20_000, 'the retry completes within the lease');
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      assert.equal(phases, 2, 'the first phase was not repeated');
+    },
+  );
 });

@@ -157,7 +157,16 @@ process.on('exit', () => {
  */
 async function bundle(mode: 'idem' | 'naive'): Promise<string> {
   const outfile = join(ROOT, 'node_modules', '.cache', 'idem-chaos', `${mode}-${process.pid}.mjs`);
-  await build({ entryPoints: [SERVERS[mode]], bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', outfile, logLevel: 'error' });
+  await build({
+    entryPoints: [SERVERS[mode]],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    outfile,
+    logLevel: 'error',
+  });
   return outfile;
 }
 
@@ -261,7 +270,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     for (const slot of slots) spawnWorker(slot);
     // Each worker's readiness is its "listening" line (s.port); the ceiling is generous because
     // tsx workers starting together on a busy two-core machine can take a minute or more.
-    await waitFor(() => slots.every((s) => s.port !== undefined), 180_000, () => `workers did not start:\n${slots.map((s) => s.tail.join('')).join('\n')}`);
+    await waitFor(
+      () => slots.every((s) => s.port !== undefined),
+      180_000,
+      () => `workers did not start:\n${slots.map((s) => s.tail.join('')).join('\n')}`,
+    );
     log(`${o.mode}: ${o.workers} workers up in ${Date.now() - started} ms; sending ${o.intents} intents`);
 
     // Fault injector.
@@ -315,9 +328,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const boundMs = o.leaseMs + 2 * o.completerIntervalMs + 5000;
     if (o.mode === 'idem') {
       every(1000, () => {
-        keysView
-          .overdueStarted(boundMs - o.leaseMs)
-          .then((n) => (overdueStarted = Math.max(overdueStarted, n)), () => undefined);
+        keysView.overdueStarted(boundMs - o.leaseMs).then(
+          (n) => (overdueStarted = Math.max(overdueStarted, n)),
+          () => undefined,
+        );
       });
     }
 
@@ -386,7 +400,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       await sleep(o.leaseMs + 200);
       for (let pass = 0; pass < 5; pass++) {
         const report = await runCompleterOnce({
-          DATABASE_URL: direct.toString(), IDEM_LEASE_MS: String(o.leaseMs), IDEM_RETENTION_MS: '3600000', PSP_LATENCY_MS: '0', PSP_FAILURE_RATE: '0',
+          DATABASE_URL: direct.toString(),
+          IDEM_LEASE_MS: String(o.leaseMs),
+          IDEM_RETENTION_MS: '3600000',
+          PSP_LATENCY_MS: '0',
+          PSP_FAILURE_RATE: '0',
           ...(o.redisUrl ? { REDIS_URL: o.redisUrl, IDEM_REDIS_PREFIX: redisPrefix } : {}),
         });
         finalCompleter.push(report);
@@ -404,10 +422,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const lostCharges: string[] = [];
     let unanswered = 0;
     const elapsed: number[] = [];
-    const keys =
-      o.mode === 'idem'
-        ? await keysView.all()
-        : new Map<string, Record<string, unknown>>();
+    const keys = o.mode === 'idem' ? await keysView.all() : new Map<string, Record<string, unknown>>();
     let differing = 0;
     let lostRows = 0;
     for (const intent of intents) {

@@ -27,7 +27,10 @@ export interface KeysView {
 export function postgresKeys(pool: pg.Pool): KeysView {
   return {
     async overdueStarted(overdueMs) {
-      const r = await pool.query(`SELECT count(*)::int AS n FROM idempotency_keys WHERE state = 'started' AND locked_until < now() - $1::int8 * interval '1 millisecond'`, [overdueMs]);
+      const r = await pool.query(
+        `SELECT count(*)::int AS n FROM idempotency_keys WHERE state = 'started' AND locked_until < now() - $1::int8 * interval '1 millisecond'`,
+        [overdueMs],
+      );
       return Number(r.rows[0]!.n);
     },
     async all() {
@@ -56,7 +59,11 @@ export async function redisKeys(url: string, prefix: string): Promise<KeysView> 
         // `<prefix>:{<scope with : escaped>:<key>}`: the key follows the first bare ':'.
         const inner = name.slice(prefix.length + 2, -1);
         const sep = inner.search(/(?<!\\):/);
-        out.set(inner.slice(sep + 1), { state: state ?? '', response_body: body === null ? null : new Uint8Array(Buffer.from(body, 'base64')), leaseEndMs: Number(lu ?? 0) });
+        out.set(inner.slice(sep + 1), {
+          state: state ?? '',
+          response_body: body === null ? null : new Uint8Array(Buffer.from(body, 'base64')),
+          leaseEndMs: Number(lu ?? 0),
+        });
       }
     } while (cursor !== '0');
     return out;

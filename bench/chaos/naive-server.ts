@@ -42,10 +42,14 @@ async function charge(tenant: string, key: string, contentType: string | undefin
   const req = parsed.value;
   // 2. Work.
   const id = 'ch_' + randomUUID().replaceAll('-', '');
-  await pool.query(
-    `INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer) VALUES ($1, $2, $3, $4, $5, $6)`,
-    [id, tenant, key, req.amount, req.currency, req.customer],
-  );
+  await pool.query(`INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer) VALUES ($1, $2, $3, $4, $5, $6)`, [
+    id,
+    tenant,
+    key,
+    req.amount,
+    req.currency,
+    req.customer,
+  ]);
   crash('after_charge_created');
   const paid = await psp.charge({ idempotencyKey: id, amount: req.amount, currency: req.currency, customer: req.customer });
   crash('after_psp');

@@ -8,7 +8,14 @@ export function figuresTable(idem: ChaosResult, naive: ChaosResult | undefined):
     ['  of which sent twice at once', (r) => String(r.duplicateSends)],
     ['HTTP attempts', (r) => String(r.attempts)],
     ['crashes injected (SIGKILL)', (r) => `${r.crashes.total} (${r.crashes.random} random, ${r.crashes.named} at named points)`],
-    ['  at named points', (r) => Object.entries(r.crashes.byPoint).sort().map(([p, n]) => `${p} ${n}`).join(', ') || '-'],
+    [
+      '  at named points',
+      (r) =>
+        Object.entries(r.crashes.byPoint)
+          .sort()
+          .map(([p, n]) => `${p} ${n}`)
+          .join(', ') || '-',
+    ],
     ['PostgreSQL connections cut', (r) => `${r.connectionsCut.total} (${r.connectionsCut.midTransaction} mid-transaction)`],
     ['workers frozen past their lease (SIGSTOP)', (r) => String(r.pauses)],
     ['takeovers', (r) => (r.mode === 'naive' ? 'n/a' : String(r.takeovers))],

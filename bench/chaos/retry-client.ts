@@ -1,7 +1,7 @@
 /**
  * The client side of an intent: one idempotency key, the same body bytes on every attempt,
  * retries on network errors, attempt timeouts, 409 and 5xx with exponential backoff and full
- * jitter, honouring Retry-After (conformance 21-22). A minimal stand-in for `idem/client`
+ * jitter, honouring Retry-After (protocol.md H21-H22). A minimal stand-in for `idem/client`
  * (issue 3), kept in this one file so the real client can replace it.
  */
 

@@ -30,7 +30,16 @@ Options:
   --store <name>       postgres (default) or redis: claims and replays in Redis (REDIS_URL)
   -h, --help           print this help
 `;
-let values: { intents?: string; 'naive-intents'?: string; workers?: string; concurrency?: string; 'no-naive'?: boolean; 'no-write'?: boolean; help?: boolean; store?: string };
+let values: {
+  intents?: string;
+  'naive-intents'?: string;
+  workers?: string;
+  concurrency?: string;
+  'no-naive'?: boolean;
+  'no-write'?: boolean;
+  help?: boolean;
+  store?: string;
+};
 try {
   ({ values } = parseArgs({
     options: {
@@ -54,7 +63,9 @@ if (values.help) {
 }
 const databaseUrl = process.env.DATABASE_URL;
 if (!databaseUrl) {
-  console.error('npm run chaos: set DATABASE_URL to a PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test); a fresh database is created on it and dropped after.');
+  console.error(
+    'npm run chaos: set DATABASE_URL to a PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test); a fresh database is created on it and dropped after.',
+  );
   process.exit(2);
 }
 // Ctrl-C / a timeout: exit through process.exit so the harness kills its workers.
@@ -87,7 +98,12 @@ for (const line of violations) console.log(`VIOLATED ${line}`);
 if (naive) for (const line of violationLines([naive])) console.log(`naive (expected): ${line}`);
 const naiveFailed = naive && naive.duplicates.psp + naive.duplicates.local > 0;
 console.log(violations.length === 0 ? 'idem: every invariant held.' : 'idem: INVARIANTS VIOLATED.');
-if (naive) console.log(naiveFailed ? 'naive: duplicates found, as expected: the harness catches double charges.' : 'naive: NO duplicates found; the harness did not catch the naive design.');
+if (naive)
+  console.log(
+    naiveFailed
+      ? 'naive: duplicates found, as expected: the harness catches double charges.'
+      : 'naive: NO duplicates found; the harness did not catch the naive design.',
+  );
 
 // The figures block holds the PostgreSQL run; a Redis run is printed only (docs/reliability.md, "Redis").
 if (!values['no-write'] && store === 'postgres') {

@@ -14,10 +14,12 @@ export function lineChart(title: string, series: Record<string, Array<[number, n
   const width = 760;
   const height = 440;
   const m = { left: 70, right: 250, top: 40, bottom: 50 };
-  const points = Object.values(series).flat().filter(([x, y]) => x > 0 && y > 0);
+  const points = Object.values(series)
+    .flat()
+    .filter(([x, y]) => x > 0 && y > 0);
   const xs = [...new Set(points.map(([x]) => x))].sort((a, b) => a - b);
-  const yMin = Math.pow(10, Math.floor(Math.log10(Math.min(...points.map(([, y]) => y)))));
-  const yMax = Math.pow(10, Math.ceil(Math.log10(Math.max(...points.map(([, y]) => y)))));
+  const yMin = 10 ** Math.floor(Math.log10(Math.min(...points.map(([, y]) => y))));
+  const yMax = 10 ** Math.ceil(Math.log10(Math.max(...points.map(([, y]) => y))));
   const xMin = Math.min(...xs);
   const xMax = Math.max(...xs);
   const plotW = width - m.left - m.right;
@@ -49,7 +51,9 @@ export function lineChart(title: string, series: Record<string, Array<[number, n
     const dashed = /raw|pgbench/.test(name) ? ' stroke-dasharray="6 4"' : '';
     const pts = data.filter(([x, y]) => x > 0 && y > 0).sort((a, b) => a[0] - b[0]);
     if (pts.length > 1) {
-      out.push(`<polyline fill="none" stroke="${color}" stroke-width="2"${dashed} points="${pts.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ')}"/>`);
+      out.push(
+        `<polyline fill="none" stroke="${color}" stroke-width="2"${dashed} points="${pts.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ')}"/>`,
+      );
     }
     for (const [x, y] of pts) out.push(`<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="3" fill="${color}"/>`);
     const ly = m.top + 10 + i * 20;

@@ -74,10 +74,7 @@ export function summarise(rounds: Stats[]): Sampled {
  * The order alternates between rounds (A B C, C B A) so no side always runs right after
  * the same other side.
  */
-export async function interleave<K extends string>(
-  cases: Record<K, () => Promise<Stats>>,
-  rounds: number,
-): Promise<Record<K, Sampled>> {
+export async function interleave<K extends string>(cases: Record<K, () => Promise<Stats>>, rounds: number): Promise<Record<K, Sampled>> {
   const names = Object.keys(cases) as K[];
   const collected = Object.fromEntries(names.map((n) => [n, [] as Stats[]])) as unknown as Record<K, Stats[]>;
   for (let round = 0; round < rounds; round++) {

@@ -151,10 +151,7 @@ export async function startCluster(options: { sync: boolean }): Promise<Cluster>
     await pgTool('pg_ctl', ['-D', primaryDir, '-w', '-t', '60', '-l', join(root, 'primary.log'), 'start'], user);
     await pgTool('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-D', standbyDir, '-R', '-X', 'stream', '--no-sync'], user);
     // Stream through the proxy, under the name synchronous_standby_names refers to.
-    writeFileSync(
-      join(standbyDir, 'postgresql.auto.conf'),
-      `primary_conninfo = 'host=127.0.0.1 port=${link.port} user=postgres application_name=standby1'\n`,
-    );
+    writeFileSync(join(standbyDir, 'postgresql.auto.conf'), `primary_conninfo = 'host=127.0.0.1 port=${link.port} user=postgres application_name=standby1'\n`);
     appendFileSync(join(standbyDir, 'postgresql.conf'), `port = ${standbyPort}\nhot_standby = on\n`);
     standby = instance(standbyDir, standbyPort, user);
     await pgTool('pg_ctl', ['-D', standbyDir, '-w', '-t', '60', '-l', join(root, 'standby.log'), 'start'], user);

@@ -32,13 +32,20 @@ const proxy = http.createServer(async (req, res) => {
   const drop = key !== undefined && !seenKeys.has(key);
   if (key) seenKeys.add(key);
   const target = new URL(req.url ?? '/', api);
-  const upstream = await fetch(target, { method: req.method, headers: req.headers as Record<string, string>, body: chunks.length ? Buffer.concat(chunks) : undefined });
+  const upstream = await fetch(target, {
+    method: req.method,
+    headers: req.headers as Record<string, string>,
+    body: chunks.length ? Buffer.concat(chunks) : undefined,
+  });
   const body = Buffer.from(await upstream.arrayBuffer());
   if (drop) {
     dropped++;
     return req.socket.resetAndDestroy(); // the server committed; the client gets ECONNRESET
   }
-  res.writeHead(upstream.status, { 'content-type': upstream.headers.get('content-type') ?? 'application/octet-stream', ...(upstream.headers.get('idempotent-replayed') ? { 'idempotent-replayed': 'true' } : {}) });
+  res.writeHead(upstream.status, {
+    'content-type': upstream.headers.get('content-type') ?? 'application/octet-stream',
+    ...(upstream.headers.get('idempotent-replayed') ? { 'idempotent-replayed': 'true' } : {}),
+  });
   res.end(body);
 });
 await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
@@ -46,9 +53,10 @@ const viaProxy = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
 
 const client = new IdempotentClient({
   store: new FileIntentStore({ dir: join(temp, 'intents') }), // durable: a restart would resumePending()
-  headers: { authorization: 'Bearer sk_test_client_demo' },   // sent on every attempt, never written to disk
+  headers: { authorization: 'Bearer sk_test_client_demo' }, // sent on every attempt, never written to disk
   baseDelayMs: 100,
-  onRetry: (e) => console.log(`  retry  ${e.key} after attempt ${e.attempt} (${e.status ?? String((e.error as Error).cause ?? e.error)}), waiting ${e.delayMs} ms`),
+  onRetry: (e) =>
+    console.log(`  retry  ${e.key} after attempt ${e.attempt} (${e.status ?? String((e.error as Error).cause ?? e.error)}), waiting ${e.delayMs} ms`),
 });
 await client.resumePending(); // nothing here on a fresh run; after a crash it finishes the interrupted intents
 
@@ -72,7 +80,9 @@ let ok = true;
 for (const r of results) {
   const psp = data.filter((c) => c.customer === r.customer).length;
   ok &&= psp === 1 && r.status === 201;
-  console.log(`${r.key.padEnd(38)} ${String(r.status).padEnd(6)} ${String(r.replayed).padEnd(8)} ${String(r.attempts).padEnd(8)} ${r.charge.padEnd(36)} ${psp}`);
+  console.log(
+    `${r.key.padEnd(38)} ${String(r.status).padEnd(6)} ${String(r.replayed).padEnd(8)} ${String(r.attempts).padEnd(8)} ${r.charge.padEnd(36)} ${psp}`,
+  );
 }
 console.log(ok ? '\nexactly one PSP charge per intent' : '\nFAILED: an intent has no or several PSP charges');
 

@@ -42,7 +42,15 @@ export class OrdersController {
 @Module({})
 export class DatabaseModule {
   static with(db: SqlClient & Queryable, orders: string): DynamicModule {
-    return { module: DatabaseModule, global: true, providers: [{ provide: DB, useValue: db }, { provide: ORDERS, useValue: orders }], exports: [DB, ORDERS] };
+    return {
+      module: DatabaseModule,
+      global: true,
+      providers: [
+        { provide: DB, useValue: db },
+        { provide: ORDERS, useValue: orders },
+      ],
+      exports: [DB, ORDERS],
+    };
   }
 }
 

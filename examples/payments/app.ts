@@ -1,6 +1,6 @@
 /**
  * The example payments API: a Stripe-like `POST /v1/charges` protected by idem, with three
- * atomic phases (seed step 4):
+ * atomic phases (protocol.md K4):
  *   1. `charge_created`: insert the local charge row, committed with the recovery point;
  *   2. `psp_charged`: call the payment provider with a key derived from the client's key,
  *      and record its answer;
@@ -11,18 +11,12 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import {
-  Completer,
-  HttpIdempotency,
-  type IdempotencyEvent,
-  type IdempotencyContext,
-  type IdempotencyOptions,
-  problemResponse,
-} from 'idem';
+import { Completer, HttpIdempotency, type IdempotencyEvent, type IdempotencyContext, type IdempotencyOptions, problemResponse } from 'idem';
 import { idempotency, type IdempotencyVariables } from 'idem/hono';
+import type { IdempotencyTelemetry } from 'idem/otel';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import type { IdempotencyStore } from 'idem';
-import { FakePsp } from './psp.js';
+import type { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
 import { parseChargeRequest } from './validate.js';
 
@@ -65,6 +59,13 @@ export interface PaymentsAppOptions {
    * store, each of idem's statements). @default 5000
    */
   storeTimeoutMs?: number;
+  /** OpenTelemetry spans and metrics (see otel.ts, `IDEM_OTEL=console`). */
+  telemetry?: IdempotencyTelemetry;
+  /**
+   * Wait mode (protocol.md K17): a duplicate of a charge in progress waits up to this many ms
+   * for its result instead of a 409 (the store then sends NOTIFY). @default 0
+   */
+  waitMs?: number;
 }
 
 type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
@@ -100,8 +101,9 @@ const PROBLEM_DOCS = {
 /** Builds the app. Run `migrate` (store + example tables) before serving. */
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
+  const waitMs = options.waitMs ?? 0;
   // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
-  const store = options.store ?? new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000 });
+  const store = options.store ?? new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000, notify: waitMs > 0 });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
@@ -120,6 +122,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
     problems: FORMAT,
     storeRequests: options.completer ?? false,
     ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+    ...(options.telemetry ? { telemetry: options.telemetry } : {}),
+    ...(waitMs > 0 ? { inProgress: { wait: waitMs } } : {}),
     // One line per failed attempt; the client gets a 500 problem and its retry resumes.
     onHandlerError: (error) => console.error(`payments: charge attempt failed, lease released: ${(error as Error)?.message ?? error}`),
   };
@@ -198,13 +202,20 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
       await withDeadline(db.query('SELECT 1'), readyTimeoutMs);
       return c.json({ ok: true, database_ms: Math.round(performance.now() - started) });
     } catch (error) {
-      return problem(503, 'not-ready', 'Database not ready', `The database did not answer within ${readyTimeoutMs} ms: ${(error as Error)?.message ?? error}`, undefined, { 'retry-after': '1' });
+      return problem(
+        503,
+        'not-ready',
+        'Database not ready',
+        `The database did not answer within ${readyTimeoutMs} ms: ${(error as Error)?.message ?? error}`,
+        undefined,
+        { 'retry-after': '1' },
+      );
     }
   });
   app.get(DOCS_URL, (c) => c.json({ problems: PROBLEM_DOCS }));
 
   // Tenant = the API key (`Authorization: Bearer <key>`). Only its hash is kept anywhere.
-  // Authentication runs before idem, so a 401 leaves no trace (conformance 3).
+  // Authentication runs before idem, so a 401 leaves no trace (protocol.md H3).
   app.use('/v1/charges/*', authenticate);
   app.use('/v1/charges', authenticate);
 

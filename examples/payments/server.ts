@@ -10,12 +10,15 @@
  * key counts as abandoned, so a client's own retry usually gets there first), IDEM_EVENT_LOG (1: one `idem-event {json}` line per taken-over /
  * lease-lost / discarded event, for chaos runs), IDEM_STORE_TIMEOUT_MS (5000: the deadline of each
  * database statement and of `/readyz`), PG_CONNECT_TIMEOUT_MS (5000), PG_QUERY_TIMEOUT_MS (10000).
- * PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
+ * IDEM_OTEL (console: OpenTelemetry spans and
+ * metrics on stdout, see otel.ts), IDEM_WAIT_MS (0: a duplicate of a charge in progress waits
+ * this long for its result instead of a 409). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
  * are test-only faults (see app.ts).
  */
 import { serve } from '@hono/node-server';
 import { createPaymentsApp, migrate } from './app.js';
 import { type Database, openDatabase } from './db.js';
+import { setupTelemetry } from './otel.js';
 import { FakePsp } from './psp.js';
 import type { IdempotencyEvent } from 'idem';
 import { openRedisClaims, type RedisClaims } from './redis.js';
@@ -36,6 +39,7 @@ try {
   });
   // REDIS_URL: claims and replays in Redis, phases still atomic in this database (redis.ts).
   redis = await openRedisClaims(db.client, env);
+  const otel = await setupTelemetry(env);
   const completerIntervalMs = Number(env.IDEM_COMPLETER_INTERVAL_MS ?? 10_000);
   if (!(completerIntervalMs >= 0)) throw new Error('IDEM_COMPLETER_INTERVAL_MS must be a number of ms >= 0');
   const { app, completer } = createPaymentsApp({
@@ -52,9 +56,12 @@ try {
     completerGraceMs: Number(env.IDEM_COMPLETER_GRACE_MS ?? 10_000),
     storeTimeoutMs: Number(env.IDEM_STORE_TIMEOUT_MS ?? 5000),
     ...(env.IDEM_EVENT_LOG === '1' ? { onEvent: logEvent } : {}),
+    ...(otel ? { telemetry: otel.telemetry } : {}),
+    waitMs: Number(env.IDEM_WAIT_MS ?? 0),
   });
   // Finishes charges whose client never retried (see src/http/completer.ts).
-  if (completerIntervalMs > 0) completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
+  if (completerIntervalMs > 0)
+    completer?.start(completerIntervalMs, (error) => console.error(`payments: completer pass failed: ${(error as Error)?.message ?? error}`));
   const opened = db;
   const claims = redis;
   const server = serve({ fetch: app.fetch, port, hostname: host }, (info) => {
@@ -79,7 +86,7 @@ Try:
       stopping = true;
       server.close(() => {
         void completer?.stop();
-        Promise.allSettled([claims?.close(), opened.close()]).finally(() => process.exit(0));
+        Promise.allSettled([claims?.close(), otel?.shutdown(), opened.close()]).finally(() => process.exit(0));
       });
       setTimeout(() => process.exit(0), 3000).unref();
     });

@@ -25,7 +25,18 @@ const root = modules.idem;
 for (const name of ['IdempotencyEngine', 'HttpIdempotency', 'Completer', 'fingerprint', 'deriveKey', 'IdempotencyError', 'KeyState', 'problemResponse']) {
   assert.ok(name in root, `idem exports ${name}`);
 }
-for (const name of ['decide', 'captureResponse', 'replayResponse', 'idemProblem', 'mediaType', 'parseIdempotencyKey', 'sameFingerprint', 'MAX_KEY_LENGTH', 'Execution', 'IdempotencyContext']) {
+for (const name of [
+  'decide',
+  'captureResponse',
+  'replayResponse',
+  'idemProblem',
+  'mediaType',
+  'parseIdempotencyKey',
+  'sameFingerprint',
+  'MAX_KEY_LENGTH',
+  'Execution',
+  'IdempotencyContext',
+]) {
   assert.ok(!(name in root), `idem does not export ${name} at run time`);
 }
 assert.ok(Object.keys(root).length <= 32, `the root entry stays small (${Object.keys(root).length} names)`);
@@ -38,7 +49,9 @@ const db = await PGlite.create();
 try {
   const store = new modules['idem/postgres'].PostgresStore({ client: db });
   await store.migrate();
-  const http = new root.HttpIdempotency({ store });
+  // idem/otel loads @opentelemetry/api lazily; with no SDK registered its spans are no-ops.
+  const telemetry = await modules['idem/otel'].openTelemetry();
+  const http = new root.HttpIdempotency({ store, telemetry });
   let runs = 0;
   const send = () =>
     http.handle(

@@ -39,6 +39,7 @@ import {
 import { MemoryStore, type MemoryTx } from 'idem/memory';
 import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
+import { openTelemetry } from 'idem/otel';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 
@@ -46,7 +47,9 @@ import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 declare const sqlClient: SqlClient;
 
 const store: IdempotencyStore<Queryable> = new PostgresStore({ client: sqlClient });
-const engine = new IdempotencyEngine<Queryable>({ store, leaseMs: 30_000 });
+const engine = new IdempotencyEngine<Queryable>({ store, leaseMs: 30_000, telemetry: await openTelemetry() });
+const waiting = new IdempotencyEngine<Queryable>({ store: new PostgresStore({ client: sqlClient, notify: true }), inProgress: { wait: 5_000 } });
+console.log(waiting.waitMs);
 const begun = await engine.begin({ scope: 'jobs', key: 'job-1', fingerprint: fingerprint({ method: 'JOB', path: 'invoice', body: null }) });
 if (begun.kind === 'execute') {
   const execution: Execution<Queryable> = begun.execution;

@@ -18,6 +18,7 @@ import type { SqlClient } from '../postgres/client.js';
 /** What `idem complete --app <module>` calls: the app's completer on the CLI's connection. */
 export type CreateCompleter = (context: { client: SqlClient; table: string }) => Completer<any> | Promise<Completer<any>>; // any: the app picks its transaction type
 import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
+import { type Dashboard, startDashboard } from './dashboard.js';
 
 /** Options every command takes. */
 interface ConnectionOptions {
@@ -125,7 +126,9 @@ const count = (n: number) => n.toLocaleString('en-US');
  */
 export function buildProgram(io: CliIo = defaultIo): Command {
   const program = new Command('idem')
-    .description('Operate idem\'s idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, complete abandoned keys, partitions.')
+    .description(
+      "Operate idem's idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, a dashboard page, complete abandoned keys, partitions.",
+    )
     .version(VERSION)
     .showHelpAfterError('(run idem --help for usage)')
     .configureOutput({ writeOut: (s) => io.out(s.replace(/\n$/, '')), writeErr: (s) => io.err(s.replace(/\n$/, '')) });
@@ -142,7 +145,9 @@ export function buildProgram(io: CliIo = defaultIo): Command {
           const result = await store.migrate();
           const mode = store.partitioning ? 'partitioned' : 'plain';
           if (options.json) {
-            return io.out(JSON.stringify({ table: store.table, mode, location: db.location, result: result.table, partitionsCreated: result.partitionsCreated }));
+            return io.out(
+              JSON.stringify({ table: store.table, mode, location: db.location, result: result.table, partitionsCreated: result.partitionsCreated }),
+            );
           }
           io.out(
             result.table === 'created'
@@ -160,7 +165,9 @@ export function buildProgram(io: CliIo = defaultIo): Command {
     .description('delete keys past retention: batches by key range (plain table) or whole-day partition drops (partitioned)')
     .addOption(retentionOption())
     .addOption(new Option('--batch-size <rows>', 'rows per DELETE statement').default(1000).argParser(positiveInteger('--batch-size')))
-    .addOption(new Option('--max-duration <duration>', 'start no new batch after this long (e.g. 30s, 10m); default: until done').argParser(duration('--max-duration')))
+    .addOption(
+      new Option('--max-duration <duration>', 'start no new batch after this long (e.g. 30s, 10m); default: until done').argParser(duration('--max-duration')),
+    )
     .option('--dry-run', 'count what would be deleted; delete nothing')
     .addOption(new Option('--progress', 'draw the progress bar even when stderr is not a terminal'))
     .addOption(new Option('--no-progress', 'never draw the progress bar'))
@@ -174,7 +181,9 @@ export function buildProgram(io: CliIo = defaultIo): Command {
               `(${count(plan.expired)} created at or before ${iso(plan.cutoff)}; ${count(plan.expired - plan.sweepable)} kept: lease still valid).`,
           );
           if (store.partitioning) {
-            io.out(plan.expiredPartitions.length ? `Partitions that would be dropped: ${plan.expiredPartitions.join(', ')}.` : 'No partition is past retention.');
+            io.out(
+              plan.expiredPartitions.length ? `Partitions that would be dropped: ${plan.expiredPartitions.join(', ')}.` : 'No partition is past retention.',
+            );
           }
           return;
         }
@@ -228,7 +237,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
   // ---- inspect --------------------------------------------------------------------------
   withConnection(program.command('inspect'))
     .description('show one key: state, recovery point, lease, fencing token, response summary')
-    .argument('<scope>', 'the key\'s scope (as the scope resolver returned it; default scopes are hashes)')
+    .argument('<scope>', "the key's scope (as the scope resolver returned it; default scopes are hashes)")
     .argument('<key>', 'the idempotency key')
     .addOption(retentionOption())
     .action(async (scope: string, key: string, options: ConnectionOptions & { retention: number }) => {
@@ -283,7 +292,9 @@ export function buildProgram(io: CliIo = defaultIo): Command {
         }
         const r = stats.replication;
         if (r) {
-          io.out(`  streaming standbys:         ${r.standbys} (synchronous ${r.synchronous}${r.unknown ? `, unknown ${r.unknown}` : ''}; synchronous_commit = ${r.synchronousCommit})`);
+          io.out(
+            `  streaming standbys:         ${r.standbys} (synchronous ${r.synchronous}${r.unknown ? `, unknown ${r.unknown}` : ''}; synchronous_commit = ${r.synchronousCommit})`,
+          );
         }
         if (replicationAtRisk(r)) {
           io.err(
@@ -314,12 +325,43 @@ export function buildProgram(io: CliIo = defaultIo): Command {
       );
     });
 
+  // ---- dashboard ------------------------------------------------------------------------
+  withConnection(program.command('dashboard'))
+    .description('serve a read-only page over the key table: keys by state over time, stuck keys, oldest, past retention, partitions, a key inspector')
+    .addOption(
+      new Option('--port <port>', 'port to listen on (0: any free port)').default(7117).argParser((v) => (v === '0' ? 0 : positiveInteger('--port')(v))),
+    )
+    .addOption(new Option('--host <address>', 'address to listen on; anything but loopback needs --token').default('127.0.0.1'))
+    .addOption(new Option('--token <token>', 'required of every request (Authorization: Bearer, or ?token=)').env('IDEM_DASHBOARD_TOKEN'))
+    .addOption(retentionOption())
+    .action(async (options: ConnectionOptions & { port: number; host: string; token?: string; retention: number }) => {
+      await withStore(options, async (store) => {
+        let dashboard: Dashboard;
+        try {
+          dashboard = await startDashboard({ store, host: options.host, port: options.port, token: options.token, retentionMs: options.retention });
+        } catch (error) {
+          throw new CliError(describeError(error));
+        }
+        io.out(`idem dashboard on ${dashboard.url} (read-only; Ctrl-C stops it)`);
+        await new Promise<void>((resolve) => {
+          const stop = () => {
+            process.off('SIGINT', stop);
+            process.off('SIGTERM', stop);
+            resolve();
+          };
+          process.on('SIGINT', stop);
+          process.on('SIGTERM', stop);
+        });
+        await dashboard.close();
+      });
+    });
+
   // ---- complete -------------------------------------------------------------------------
   withConnection(program.command('complete'))
     .description('one completer pass: take over keys whose lease expired with no retry coming and drive them to completion from their recovery point')
     .requiredOption(
       '--app <module>',
-      'module exporting createCompleter({ client, table }) that returns your app\'s Completer (it knows how to run a stored request)',
+      "module exporting createCompleter({ client, table }) that returns your app's Completer (it knows how to run a stored request)",
     )
     .action(async (options: ConnectionOptions & { app: string }) => {
       await withStore(options, async (store, db) => {

@@ -1,7 +1,7 @@
 /**
  * `IdempotentClient`: one idempotency key per user intent, minted and persisted before the
  * first attempt, then the same key and the same body bytes on every attempt, also after an app
- * restart (seed step 1 and its pitfalls "new key per retry" and "app restart"; conformance 21-22).
+ * restart (protocol.md K1, H21-H22).
  * Browser-safe: no `node:` imports. The Node file store is in `idem/client/node`.
  */
 import { DEFAULT_METHODS } from '../core/constants.js';

@@ -19,8 +19,7 @@ export class InvalidClientOptionError extends IdempotencyError {
 /**
  * The retry horizon (`maxElapsedMs` plus one `attemptTimeoutMs`) is not shorter than the
  * server's declared retention (`serverRetentionMs`): a late retry could reach the server after
- * it forgot the key and run the work a second time (seed, pitfall "retention shorter than the
- * client's retry horizon"). Thrown by the `IdempotentClient` constructor.
+ * it forgot the key and run the work a second time (protocol.md H22). Thrown by the `IdempotentClient` constructor.
  */
 export class HorizonExceedsRetentionError extends IdempotencyError {
   constructor(

@@ -2,7 +2,7 @@
  * The intent record and the small store interface behind it. An intent is one user action
  * ("pay order 1001") with the idempotency key minted for it; the record is persisted before the
  * first attempt, so every retry, also one after an app restart, sends the same key and the same
- * body bytes (seed step 1; conformance 21).
+ * body bytes (protocol.md K1; protocol.md H21).
  */
 
 /** Where an intent is in its life. `done` and `gave-up` records are pruned (see `IdempotentClient`). */

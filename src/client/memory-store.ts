@@ -1,4 +1,4 @@
-import { type IntentRecord, type IntentStore } from './intent.js';
+import type { IntentRecord, IntentStore } from './intent.js';
 
 /**
  * Intents in a `Map`, for tests and short-lived scripts: nothing survives the process, so

@@ -42,9 +42,7 @@ export interface GiveUpEvent {
 }
 
 /** One intent handled by `resumePending()`. */
-export type ResumeResult =
-  | { key: string; ok: true; response: IdempotentResponse }
-  | { key: string; ok: false; error: unknown };
+export type ResumeResult = { key: string; ok: true; response: IdempotentResponse } | { key: string; ok: false; error: unknown };
 
 /** Options of `IdempotentClient`: where intents live, the retry horizon and backoff, headers and hooks. */
 export interface IdempotentClientOptions {
@@ -102,7 +100,10 @@ export type HeadersLike = ConstructorParameters<typeof Headers>[0];
 
 /** The scalar options with their defaults applied. */
 export type ResolvedOptions = Required<
-  Pick<IdempotentClientOptions, 'maxAttempts' | 'maxElapsedMs' | 'attemptTimeoutMs' | 'baseDelayMs' | 'maxDelayMs' | 'keyHeader' | 'generateKey' | 'persistCredentials' | 'random'>
+  Pick<
+    IdempotentClientOptions,
+    'maxAttempts' | 'maxElapsedMs' | 'attemptTimeoutMs' | 'baseDelayMs' | 'maxDelayMs' | 'keyHeader' | 'generateKey' | 'persistCredentials' | 'random'
+  >
 >;
 
 /**

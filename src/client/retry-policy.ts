@@ -1,5 +1,5 @@
 /**
- * Which answers are retried and how long to wait: pure functions, no I/O (conformance 22).
+ * Which answers are retried and how long to wait: pure functions, no I/O (protocol.md H22).
  */
 
 /**

@@ -4,7 +4,7 @@
  * Units are in the names: `*Ms` is milliseconds, `*S` is seconds.
  */
 
-/** State of an idempotency key row (seed, table `idempotency_keys.state`). */
+/** State of an idempotency key row (column `state`; the state machine in protocol.md). */
 export const KeyState = {
   /** Claimed; work may be running (lease valid) or abandoned (lease expired). */
   Started: 'started',
@@ -13,13 +13,13 @@ export const KeyState = {
 } as const;
 export type KeyState = (typeof KeyState)[keyof typeof KeyState];
 
-/** Recovery point of a freshly claimed key: no atomic phase has committed yet (seed step 4). */
+/** Recovery point of a freshly claimed key: no atomic phase has committed yet (protocol.md K4). */
 export const RECOVERY_POINT_START = 'start';
-/** Recovery point written together with the stored response (seed step 5). */
+/** Recovery point written together with the stored response (protocol.md K5). */
 export const RECOVERY_POINT_FINISHED = 'finished';
 
 /**
- * Default lease: 60 000 ms. The seed's claim uses `now() + interval '60 seconds'`; the lease
+ * Default lease: 60 000 ms (protocol.md K7); the lease
  * must exceed the worst-case execution time between two commits (a PSP call with its own
  * timeout and retries fits comfortably), and the heartbeat extends it for longer work.
  */
@@ -27,11 +27,11 @@ export const DEFAULT_LEASE_MS = 60_000;
 
 /**
  * Default retention: 24 h (86 400 000 ms), counted from the claim. Stripe keeps keys 24 h;
- * the seed suggests 24 h to 7 d. Clients must stop retrying well before this.
+ * 24 h to 7 d are common (protocol.md K6). Clients must stop retrying well before this.
  */
 export const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
 
-/** Idempotency keys are 1-255 characters (seed: `CHECK (length(key) BETWEEN 1 AND 255)`). */
+/** Idempotency keys are 1-255 characters (protocol.md H5). */
 export const MAX_KEY_LENGTH = 255;
 
 /** Scopes are 1-255 characters, like keys. */
@@ -40,7 +40,7 @@ export const MAX_SCOPE_LENGTH = 255;
 /** Phase names are 1-64 characters of `[A-Za-z0-9_.-]` so they stay readable in derived keys. */
 export const PHASE_NAME_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
 
-/** Methods protected by default (conformance 1; RFC 9110 §9.2.2: the others are idempotent). */
+/** Methods protected by default (protocol.md H1; RFC 9110 §9.2.2: the others are idempotent). */
 export const DEFAULT_METHODS = ['POST', 'PATCH'] as const;
 
 /** Default request header carrying the key (draft-ietf-httpapi-idempotency-key-header §2). */
@@ -50,7 +50,7 @@ export const DEFAULT_KEY_HEADER = 'Idempotency-Key';
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
 
 /**
- * Response headers stored and replayed by default (conformance 8). Everything else, in
+ * Response headers stored and replayed by default (protocol.md H8). Everything else, in
  * particular Set-Cookie, Authorization, WWW-Authenticate, Date and per-request ids, is never
  * stored.
  */

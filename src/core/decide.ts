@@ -9,19 +9,19 @@ export interface ExistingKey {
   leaseExpired: boolean;
 }
 
-/** What to do after a claim found the key already present (seed, "Decision logic"). */
+/** What to do after a claim found the key already present (protocol.md K3). */
 export type Decision =
-  /** Same key, different request: 422 (conformance 11). Checked first (conformance 12). */
+  /** Same key, different request: 422 (protocol.md H11). Checked first (protocol.md H12). */
   | { kind: 'mismatch' }
-  /** Finished: replay the stored response (seed step 3, state='done'). */
+  /** Finished: replay the stored response (protocol.md K3). */
   | { kind: 'replay' }
-  /** Another worker holds a valid lease: 409 with Retry-After (conformance 13). */
+  /** Another worker holds a valid lease: 409 with Retry-After (protocol.md H13). */
   | { kind: 'in-progress' }
-  /** The lease expired (the worker crashed): take over with a new fencing token (conformance 15). */
+  /** The lease expired (the worker crashed): take over with a new fencing token (protocol.md H15). */
   | { kind: 'take-over' };
 
 /**
- * The decision after a failed claim, exactly the seed's `decide`: the fingerprint mismatch
+ * The decision after a failed claim, exactly the decision table of protocol.md K3: the fingerprint mismatch
  * is checked before the state, so a different body while the first request runs is a 422,
  * not a 409. Pure.
  */

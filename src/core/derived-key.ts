@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /**
- * The idempotency key for a downstream call (seed step 4: "`<key>:authorize`"), derived from
+ * The idempotency key for a downstream call (protocol.md K11), derived from
  * the scope, the client's key, the claim and the call's name.
  *
  * The scope is part of the hash: two tenants that both send key `abc` must not share one

@@ -39,7 +39,7 @@ export class IdempotencyError extends Error {
 
 /**
  * The idempotency key is malformed: empty, longer than 255 characters, not printable ASCII,
- * a malformed sf-string, or sent in more than one header line (conformance 5).
+ * a malformed sf-string, or sent in more than one header line (protocol.md H5).
  */
 export class InvalidKeyError extends IdempotencyError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -47,7 +47,7 @@ export class InvalidKeyError extends IdempotencyError {
   }
 }
 
-/** The route requires an idempotency key and none was sent (conformance 2). */
+/** The route requires an idempotency key and none was sent (protocol.md H2). */
 export class MissingKeyError extends IdempotencyError {
   constructor(message = 'An idempotency key is required for this request') {
     super(ErrorCode.MissingKey, message);
@@ -78,7 +78,7 @@ export class InvalidOptionError extends IdempotencyError {
 /**
  * A fenced write matched no row: another worker took the key over (its `lock_version` is
  * newer) or the key was removed. The write was rolled back together with the phase's local
- * effects; stop working on this key (seed step 4, "0 rows: we lost the lease, roll back").
+ * effects; stop working on this key (protocol.md K8).
  */
 export class LeaseLostError extends IdempotencyError {
   constructor(message = 'The lease on this idempotency key was lost to another worker; the write was rolled back') {
@@ -109,7 +109,10 @@ export class UnknownKeyIdError extends IdempotencyError {
   /** The key id the stored response names. */
   readonly keyId: string;
   constructor(keyId: string) {
-    super(ErrorCode.UnknownKeyId, `The stored response is encrypted with key id ${JSON.stringify(keyId)}, which is not configured; add it to \`keys\` to replay it`);
+    super(
+      ErrorCode.UnknownKeyId,
+      `The stored response is encrypted with key id ${JSON.stringify(keyId)}, which is not configured; add it to \`keys\` to replay it`,
+    );
     this.keyId = keyId;
   }
 }

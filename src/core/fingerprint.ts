@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 
-/** What the fingerprint is computed from (conformance 7). */
+/** What the fingerprint is computed from (protocol.md H7). */
 export interface FingerprintInput {
   /** HTTP method; compared upper-cased. */
   method: string;
@@ -35,7 +35,7 @@ export interface FingerprintInput {
 type BodyForm = 'empty' | 'json' | 'form' | 'raw';
 
 /**
- * SHA-256 fingerprint of a request, 32 bytes (seed step 2; conformance 7).
+ * SHA-256 fingerprint of a request, 32 bytes (protocol.md K2; protocol.md H7).
  *
  * Covers method, route path, the query with its pairs sorted, the selected headers and the
  * canonical body:
@@ -142,7 +142,10 @@ export function parsePointer(pointer: string): string[] {
     throw new TypeError(`Not a JSON pointer (RFC 6901): ${JSON.stringify(pointer)}`);
   }
   if (pointer === '') return [];
-  return pointer.slice(1).split('/').map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
+  return pointer
+    .slice(1)
+    .split('/')
+    .map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
 }
 
 /** Removes the member or element at `path` from a parsed JSON value, in place, if it is there. */
@@ -156,7 +159,7 @@ function removeAt(root: unknown, path: string[]): void {
   const last = path[path.length - 1]!;
   if (Array.isArray(node)) {
     if (/^(0|[1-9][0-9]*)$/.test(last) && Number(last) < node.length) node.splice(Number(last), 1);
-  } else if (node !== null && typeof node === 'object' && Object.prototype.hasOwnProperty.call(node, last)) {
+  } else if (node !== null && typeof node === 'object' && Object.hasOwn(node, last)) {
     delete (node as Record<string, unknown>)[last];
   }
 }

@@ -2,13 +2,13 @@ import { parseItem } from 'structured-headers';
 import { MAX_KEY_LENGTH } from './constants.js';
 import { InvalidKeyError } from './errors.js';
 
-/** Printable ASCII, 0x20-0x7E (conformance 5). */
+/** Printable ASCII, 0x20-0x7E (protocol.md H5). */
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/;
 
 /**
  * Parses the value(s) of an `Idempotency-Key` header into the key.
  *
- * Accepts both forms seen in the wild as the same key (conformance 4):
+ * Accepts both forms seen in the wild as the same key (protocol.md H4):
  * - an sf-string, as draft-ietf-httpapi-idempotency-key-header §2 specifies (`"8e03978e"`),
  *   parsed with RFC 9651 rules; parameters are rejected;
  * - a bare value, as Stripe and most SDKs send it (`8e03978e`).

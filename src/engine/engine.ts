@@ -2,8 +2,10 @@ import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS, MAX_SCOPE_LENGTH } from '../cor
 import { decide } from '../core/decide.js';
 import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailableError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
-import type { IdempotencyStore, KeyRecord, StoredResponse } from '../store/types.js';
+import type { IdempotencyStore, KeyChanges, KeyRecord, StoredResponse } from '../store/types.js';
 import { Execution, type IdempotencyEvent, notify } from './execution.js';
+import type { IdempotencyTelemetry, RequestTelemetry } from './telemetry.js';
+import { TracedExecution } from './traced-execution.js';
 
 /** Options of {@link IdempotencyEngine}. */
 export interface EngineOptions<Tx = unknown> {
@@ -18,13 +20,12 @@ export interface EngineOptions<Tx = unknown> {
   leaseMs?: number;
   /**
    * Retention in ms, counted from the claim; replays do not extend it. A row past retention
-   * counts as absent (conformance 18).
+   * counts as absent (protocol.md H18).
    * @default 86_400_000 (24 h)
    */
   retentionMs?: number;
   /**
-   * Heartbeat period in ms: the lease is extended this often while work runs (conformance
-   * 16). `0` turns it off.
+   * Heartbeat period in ms: the lease is extended this often while work runs (protocol.md H16). `0` turns it off.
    * @default leaseMs / 3
    */
   heartbeatMs?: number;
@@ -36,11 +37,25 @@ export interface EngineOptions<Tx = unknown> {
   maxExecutionMs?: number;
   /** Called for every protocol event (claimed, replayed, taken-over, …), for logs and metrics. Must not throw. */
   onEvent?: (event: IdempotencyEvent) => void;
+  /**
+   * What a duplicate does while its key is in progress (protocol.md K17). `wait`: how long, in
+   * ms, it waits for the first request to finish and then replays its result, instead of the
+   * 409 at once; a release or takeover during the wait wakes it into the decision again (it
+   * may take over). At most `leaseMs`. Needs a store with `subscribe` (`PostgresStore` with
+   * `notify: true`).
+   * @default { wait: 0 } (no waiting: 409 at once)
+   */
+  inProgress?: { wait?: number };
+  /**
+   * Traces and metrics of every request: `await openTelemetry()` from `idem/otel` (spans and
+   * metrics named in docs/observability.md), or any {@link IdempotencyTelemetry}.
+   */
+  telemetry?: IdempotencyTelemetry;
 }
 
 /** What a request carries into the engine. */
 export interface BeginInput {
-  /** Tenant / API credential the key belongs to, 1-255 characters (conformance 6). */
+  /** Tenant / API credential the key belongs to, 1-255 characters (protocol.md H6). */
   scope: string;
   /** The client's idempotency key, 1-255 printable ASCII characters. */
   key: string;
@@ -52,8 +67,8 @@ export interface BeginInput {
 export type BeginResult<Tx = unknown> =
   /** This worker owns the key (a fresh claim, or a takeover resuming from a recovery point). */
   | { kind: 'execute'; execution: Execution<Tx> }
-  /** The key finished earlier: return this response. */
-  | { kind: 'replay'; response: StoredResponse; record: KeyRecord }
+  /** The key finished earlier (or, with `waitedMs`, while this duplicate waited for it): return this response. */
+  | { kind: 'replay'; response: StoredResponse; record: KeyRecord; waitedMs?: number }
   /** Same key, different request (checked first). */
   | { kind: 'mismatch'; record: KeyRecord }
   /** Another worker holds a valid lease; retry after `retryAfterMs` ms. */
@@ -61,7 +76,7 @@ export type BeginResult<Tx = unknown> =
 
 /**
  * The idempotency protocol, independent of HTTP: claim, decide, take over, and hand out an
- * {@link Execution} to run atomic phases and finish (seed steps 3-5).
+ * {@link Execution} to run atomic phases and finish (protocol.md K3-K5).
  *
  * @example
  * ```ts
@@ -81,7 +96,11 @@ export class IdempotencyEngine<Tx = unknown> {
   readonly retentionMs: number;
   readonly heartbeatMs: number;
   readonly maxExecutionMs: number;
+  /** How long a duplicate waits for an in-progress key, in ms; 0: not at all (see `EngineOptions.inProgress`). */
+  readonly waitMs: number;
   private readonly onEvent: ((event: IdempotencyEvent) => void) | undefined;
+  private readonly telemetry: IdempotencyTelemetry | undefined;
+  private readonly reads = new Map<string, { seen: number; read: Promise<KeyRecord | undefined> }>();
 
   /** @throws {InvalidOptionError} for a missing store or out-of-range durations. */
   constructor(options: EngineOptions<Tx>) {
@@ -103,17 +122,44 @@ export class IdempotencyEngine<Tx = unknown> {
       throw new InvalidOptionError('idem: retentionMs must be longer than maxExecutionMs + leaseMs');
     }
     this.onEvent = options.onEvent;
+    this.telemetry = options.telemetry;
+    this.waitMs = options.inProgress?.wait ?? 0;
+    if (!(Number.isFinite(this.waitMs) && this.waitMs >= 0 && this.waitMs <= this.leaseMs)) {
+      throw new InvalidOptionError('idem: inProgress.wait must be a number of ms from 0 to leaseMs');
+    }
+    if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
+      throw new InvalidOptionError('idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })');
+    }
   }
 
   /**
-   * Claims the key or decides what to do with the existing one (seed steps 3 and "Decision
-   * logic"): mismatch → replay → in progress → take over, mismatch checked first.
+   * Claims the key or decides what to do with the existing one (protocol.md K3): mismatch → replay → in progress → take over, mismatch checked first.
    *
    * @throws {InvalidKeyError} the key is not 1-255 printable ASCII characters
    * @throws {InvalidScopeError} the scope is not a 1-255 character string
-   * @throws {StoreUnavailableError} the store failed; nothing was claimed (fail closed, conformance 17)
+   * @throws {StoreUnavailableError} the store failed; nothing was claimed (fail closed, protocol.md H17)
    */
   async begin(input: BeginInput): Promise<BeginResult<Tx>> {
+    if (!this.telemetry) return this.decideKey(input, undefined);
+    const req = this.telemetry.request(input.scope, input.key);
+    const started = performance.now();
+    let begun: BeginResult<Tx>;
+    try {
+      begun = await this.decideKey(input, req);
+    } catch (error) {
+      if (error instanceof StoreUnavailableError) req.outcome('store_unavailable');
+      req.end(undefined, error);
+      throw error;
+    }
+    req.claimed(performance.now() - started);
+    if (begun.kind === 'execute') return begun; // the execution reports its outcome and end
+    if (begun.kind === 'replay') req.outcome(begun.waitedMs === undefined ? 'replayed' : 'waited', { waitedMs: begun.waitedMs });
+    else req.outcome(begun.kind === 'mismatch' ? 'mismatch' : 'in_progress');
+    req.end();
+    return begun;
+  }
+
+  private async decideKey(input: BeginInput, req: RequestTelemetry | undefined): Promise<BeginResult<Tx>> {
     const key = validateKey(input.key);
     const scope = input.scope;
     if (typeof scope !== 'string' || scope.length === 0 || scope.length > MAX_SCOPE_LENGTH) {
@@ -122,20 +168,24 @@ export class IdempotencyEngine<Tx = unknown> {
     if (!(input.fingerprint instanceof Uint8Array) || input.fingerprint.length !== 32) {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
+    const started = performance.now();
+    let changes: KeyChanges | undefined;
     try {
       // A takeover can lose to another retry taking over at the same moment; the next turn
-      // then sees that worker's valid lease (409) or its finished response.
-      for (let attempt = 0; attempt < 3; attempt++) {
-        const claim = await this.store.claim({
-          scope,
-          key,
-          fingerprint: input.fingerprint,
-          leaseMs: this.leaseMs,
-          retentionMs: this.retentionMs,
-        });
+      // then sees that worker's valid lease (409) or its finished response. Turns spent
+      // waiting (protocol.md K17) do not count: each one follows a change or the wait's end.
+      for (let lostTakeovers = 0; lostTakeovers < 3; ) {
+        // A waiter reads the key after subscribing and after each wake-up; the waiters of one
+        // key in this process share that read (a finish wakes them all at once). An absent key
+        // is claimed as usual.
+        const shared = changes ? await this.readShared(scope, key, changes) : undefined;
+        const claim = shared
+          ? ({ kind: 'exists', record: shared } as const)
+          : await this.store.claim({ scope, key, fingerprint: input.fingerprint, leaseMs: this.leaseMs, retentionMs: this.retentionMs });
         if (claim.kind === 'claimed') {
           this.emit('claimed', scope, key, claim.token);
-          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}) };
+          req?.outcome('created', { token: claim.token });
+          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req) };
         }
         const record = claim.record;
         const decision = decide(record, input.fingerprint);
@@ -143,15 +193,34 @@ export class IdempotencyEngine<Tx = unknown> {
           case 'mismatch':
             this.emit('mismatch', scope, key);
             return { kind: 'mismatch', record };
-          case 'replay':
-            this.emit('replayed', scope, key);
-            return { kind: 'replay', response: record.response!, record };
-          case 'in-progress':
-            this.emit('in-progress', scope, key);
-            return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
+          case 'replay': {
+            if (!changes) {
+              this.emit('replayed', scope, key);
+              return { kind: 'replay', response: record.response!, record };
+            }
+            const waitedMs = performance.now() - started;
+            notify(this.onEvent, { type: 'waited', scope, key, waitedMs });
+            return { kind: 'replay', response: record.response!, record, waitedMs };
+          }
+          case 'in-progress': {
+            const leftMs = this.waitMs - (performance.now() - started);
+            if (leftMs <= 0) {
+              this.emit('in-progress', scope, key);
+              return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
+            }
+            // Subscribe first, then read again, then wait: a finish between the read and the
+            // wait is never missed. The wait also ends when the lease does (a crashed worker
+            // sends nothing), so the waiter may take over.
+            if (!changes) changes = await this.store.subscribe!(scope, key);
+            else await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
+            continue;
+          }
           case 'take-over': {
-            const execution = await this.takeOver({ scope, key, token: record.token });
-            if (!execution) continue;
+            const execution = await this.takeOverWith({ scope, key, token: record.token }, req);
+            if (!execution) {
+              lostTakeovers++;
+              continue;
+            }
             return { kind: 'execute', execution };
           }
         }
@@ -161,12 +230,32 @@ export class IdempotencyEngine<Tx = unknown> {
       if (error instanceof IdempotencyError) throw error;
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
+    } finally {
+      changes?.close();
     }
   }
 
   /**
+   * One read of (scope, key) shared by this process's waiters of the key: a read is joined
+   * only while no change notification arrived since it was issued, so it reflects every change
+   * the joining waiter could have missed (`KeyChanges.seen`).
+   */
+  private readShared(scope: string, key: string, changes: KeyChanges): Promise<KeyRecord | undefined> {
+    const id = `${scope.length}:${scope}${key}`;
+    const current = this.reads.get(id);
+    if (current && current.seen === changes.seen) return current.read;
+    const entry = { seen: changes.seen, read: this.store.get(scope, key, this.retentionMs) };
+    this.reads.set(id, entry);
+    const forget = () => {
+      if (this.reads.get(id) === entry) this.reads.delete(id);
+    };
+    entry.read.then(forget, forget);
+    return entry.read;
+  }
+
+  /**
    * Takes over a `started` key found abandoned (a completer's work item, issue 4): a
-   * compare-and-set on `ref.token`, exactly as a retry takes over (seed statement 3). The
+   * compare-and-set on `ref.token`, exactly as a retry takes over (protocol.md Q3). The
    * execution resumes after the last committed phase, with the key's claim id, so derived
    * keys of downstream calls stay the same.
    *
@@ -175,21 +264,38 @@ export class IdempotencyEngine<Tx = unknown> {
    * @throws whatever the store throws (it is unreachable); nothing was taken over.
    */
   async takeOver(ref: { scope: string; key: string; token: number }): Promise<Execution<Tx> | undefined> {
+    const req = this.telemetry?.request(ref.scope, ref.key);
+    try {
+      const execution = await this.takeOverWith(ref, req);
+      if (!execution) req?.end();
+      return execution;
+    } catch (error) {
+      req?.end(undefined, error);
+      throw error;
+    }
+  }
+
+  private async takeOverWith(ref: { scope: string; key: string; token: number }, req: RequestTelemetry | undefined) {
     const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, this.leaseMs);
     if (taken.kind === 'lost') return undefined;
     this.emit('taken-over', ref.scope, ref.key, taken.token);
-    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults);
+    req?.outcome('taken_over', { token: taken.token });
+    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req);
   }
 
-  private execution(scope: string, key: string, token: number, claimId: string, recoveryPoint: string, results: Record<string, unknown>) {
-    return new Execution<Tx>(
-      this.store,
-      { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent },
-      { scope, key, token },
-      claimId,
-      recoveryPoint,
-      results,
-    );
+  private execution(
+    scope: string,
+    key: string,
+    token: number,
+    claimId: string,
+    recoveryPoint: string,
+    results: Record<string, unknown>,
+    req: RequestTelemetry | undefined,
+  ): Execution<Tx> {
+    const settings = { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent };
+    const ref = { scope, key, token };
+    if (req) return new TracedExecution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results, req);
+    return new Execution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results);
   }
 
   private emit(type: IdempotencyEvent['type'], scope: string, key: string, token?: number): void {

@@ -18,6 +18,7 @@ export type IdempotencyEvent = {
   type:
     | 'claimed'
     | 'replayed'
+    | 'waited'
     | 'mismatch'
     | 'in-progress'
     | 'taken-over'
@@ -34,6 +35,8 @@ export type IdempotencyEvent = {
   phase?: string;
   /** The fencing token held, where there is one. */
   token?: number;
+  /** `waited` (a duplicate that waited for the result, protocol.md K17): how long it waited, in ms. */
+  waitedMs?: number;
 };
 
 /**
@@ -41,7 +44,7 @@ export type IdempotencyEvent = {
  * `IdempotencyEngine.begin`; ends with exactly one of {@link finish}, {@link release} or
  * {@link discard}.
  *
- * Work is split into named atomic phases (Brandur Leach's design; seed step 4). Each phase
+ * Work is split into named atomic phases (Brandur Leach's design; protocol.md K4). Each phase
  * commits its local database effects in the same transaction as the recovery point and its
  * JSON result. After a takeover, completed phases are skipped and return their recorded
  * result, so effects are never repeated. Phase results go through JSON on the first run too,
@@ -107,7 +110,7 @@ export class Execution<Tx = unknown> {
 
   /**
    * The idempotency key for a downstream call named `name`: stable across retries and
-   * takeovers, unique per scope, key and claim (seed step 4, "`<key>:authorize`").
+   * takeovers, unique per scope, key and claim (protocol.md K11).
    */
   derivedKey(name: string): string {
     checkPhaseName(name);
@@ -116,7 +119,7 @@ export class Execution<Tx = unknown> {
 
   /** True when the phase `name` has committed (in this or an earlier attempt). */
   completed(name: string): boolean {
-    return Object.prototype.hasOwnProperty.call(this.results, name);
+    return Object.hasOwn(this.results, name);
   }
 
   /** The recorded result of phase `name`, or `undefined` if it has not completed. */
@@ -163,7 +166,7 @@ export class Execution<Tx = unknown> {
    * outside any transaction with the derived key for `name`, then its result is recorded as
    * the recovery point `name`. If the process dies between the call and the record, the
    * next attempt calls again with the same derived key, which the external system
-   * deduplicates (seed, "Not propagating idempotency downstream").
+   * deduplicates (protocol.md K11).
    *
    * @param fn receives the derived idempotency key and this execution's abort signal.
    * @throws {LeaseLostError} the lease was lost before the call or before its result was recorded.
@@ -192,7 +195,7 @@ export class Execution<Tx = unknown> {
 
   /**
    * Finishes the key: stores the response (state `done`, lease cleared) in the same
-   * transaction as the last local effects, when `response` is a function (seed step 5).
+   * transaction as the last local effects, when `response` is a function (protocol.md K5).
    *
    * @returns the stored response
    * @throws {LeaseLostError} another worker took over; nothing was stored, effects rolled back.
@@ -216,7 +219,7 @@ export class Execution<Tx = unknown> {
 
   /**
    * Ends the lease without finishing, keeping the recovery point: the next retry takes over
-   * at once and resumes after the last committed phase (conformance 10). Does nothing if the
+   * at once and resumes after the last committed phase (protocol.md H10). Does nothing if the
    * execution already ended. Never throws for a lost lease (there is nothing left to release).
    */
   async release(): Promise<void> {
@@ -243,7 +246,7 @@ export class Execution<Tx = unknown> {
 
   /**
    * The request was rejected before work started (validation): deletes the claim so the
-   * client can fix the request and retry with the same key (seed, "What gets stored"). A key
+   * client can fix the request and retry with the same key (protocol.md K10). A key
    * on which a phase has committed is released instead, never deleted.
    *
    * @returns `deleted`, `released`, or `fenced` when another worker holds the key.

@@ -26,6 +26,7 @@ import type { EngineOptions } from '../engine/engine.js';
  * Register the store's transaction type once, so `request.idem` is typed in every route:
  * `declare module 'idem/fastify' { interface IdempotencyRegister { tx: Queryable } }`.
  */
+// biome-ignore lint/suspicious/noEmptyInterface: users extend it by declaration merging
 export interface IdempotencyRegister {}
 /** The transaction type registered in {@link IdempotencyRegister}, else `unknown`. */
 export type RegisteredTx = IdempotencyRegister extends { tx: infer T } ? T : unknown;
@@ -69,7 +70,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify: Fa
     const setting = route.config?.idempotency ?? all;
     if (setting === false) return;
     const core = setting === true ? base : new HttpIdempotency<RegisteredTx>({ ...httpOptions, ...setting, engine: base.engine });
-    const keyHeader = (setting === true ? httpOptions.keyHeader : setting.keyHeader ?? httpOptions.keyHeader) ?? 'Idempotency-Key';
+    const keyHeader = (setting === true ? httpOptions.keyHeader : (setting.keyHeader ?? httpOptions.keyHeader)) ?? 'Idempotency-Key';
     protect(route, core, keyHeader.toLowerCase());
   });
 };

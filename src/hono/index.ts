@@ -28,9 +28,7 @@ export type IdempotencyVariables<Tx = unknown> = { idem: IdempotencyContext<Tx> 
  *
  * @throws {InvalidOptionError} at creation for bad options
  */
-export function idempotency<Tx = unknown>(
-  options: IdempotencyOptions<Tx>,
-): MiddlewareHandler<{ Variables: IdempotencyVariables<Tx> }> {
+export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): MiddlewareHandler<{ Variables: IdempotencyVariables<Tx> }> {
   const core = new HttpIdempotency<Tx>(options);
   return async function idempotencyMiddleware(c, next) {
     if (!core.protects(c.req.method)) return next();

@@ -118,11 +118,13 @@ export class Completer<Tx = unknown> {
     if (!this.stopped) return; // already running: a second loop would outlive stop()
     this.stopped = false;
     const tick = () => {
-      this.runOnce().catch(onError).finally(() => {
-        if (this.stopped) return;
-        this.timer = setTimeout(tick, intervalMs);
-        this.timer.unref?.();
-      });
+      this.runOnce()
+        .catch(onError)
+        .finally(() => {
+          if (this.stopped) return;
+          this.timer = setTimeout(tick, intervalMs);
+          this.timer.unref?.();
+        });
     };
     this.timer = setTimeout(tick, intervalMs);
     this.timer.unref?.();

@@ -1,5 +1,5 @@
 import type { Execution } from '../engine/execution.js';
-import { type ResponseCapture } from './response.js';
+import type { ResponseCapture } from './response.js';
 
 /**
  * What a protected handler receives: the {@link Execution} of this request's key, plus the
@@ -51,7 +51,7 @@ export class IdempotencyContext<Tx = unknown> {
   }
 
   /**
-   * Finishes in the same transaction as the last local effects (seed step 5): `fn` runs in
+   * Finishes in the same transaction as the last local effects (protocol.md K5): `fn` runs in
    * the transaction and returns the response, which is stored before the transaction
    * commits. Return the resolved response from the handler.
    *
@@ -70,7 +70,7 @@ export class IdempotencyContext<Tx = unknown> {
   /**
    * Marks the request as rejected before work started (failed validation): its response is
    * not stored and the claim is deleted, so the client can fix the request and retry with the
-   * same key (seed, "What gets stored"). Has no effect once a phase has committed.
+   * same key (protocol.md K10). Has no effect once a phase has committed.
    */
   reject(): void {
     this.rejected = true;

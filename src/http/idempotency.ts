@@ -93,7 +93,7 @@ export class HttpIdempotency<Tx = unknown> {
 
   /**
    * Decides what to do with a request before its handler runs: parse the key, resolve the
-   * scope, fingerprint the raw body, claim (seed steps 2-3). Every protocol outcome is a
+   * scope, fingerprint the raw body, claim (protocol.md K2-K3). Every protocol outcome is a
    * response (400 key, 422 mismatch, 409 in progress, 503 store unavailable).
    *
    * @throws {InvalidScopeError} or whatever the `scope` resolver throws (a bug in the app;
@@ -189,10 +189,7 @@ export class HttpIdempotency<Tx = unknown> {
    *
    * @param handler receives the rebuilt request and the context (`undefined` when unprotected)
    */
-  async handle(
-    request: Request,
-    handler: (request: Request, context: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>,
-  ): Promise<Response> {
+  async handle(request: Request, handler: (request: Request, context: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>): Promise<Response> {
     if (!this.protects(request.method)) return handler(request, undefined);
     const body = request.body ? new Uint8Array(await request.arrayBuffer()) : null;
     const rebuilt = new Request(request.url, { method: request.method, headers: request.headers, body });
@@ -339,7 +336,9 @@ export class HttpIdempotency<Tx = unknown> {
   }
 
   private storeUnavailable(): { kind: 'respond'; response: Response } {
-    return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', { 'retry-after': '1' });
+    return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', {
+      'retry-after': '1',
+    });
   }
 
   private leaseLost(): Response {

@@ -13,7 +13,7 @@ export interface HttpRequestInput {
   body: Uint8Array | null;
   /**
    * The key header's lines as sent, when the runtime keeps repeated lines apart (Node's
-   * `req.headersDistinct`); lets two `Idempotency-Key` lines be rejected (conformance 5).
+   * `req.headersDistinct`); lets two `Idempotency-Key` lines be rejected (protocol.md H5).
    */
   keyHeaderLines?: string[] | undefined;
 }
@@ -25,18 +25,18 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
   /** A shared engine (then lease/retention options come from it). */
   engine?: IdempotencyEngine<Tx>;
   /**
-   * Methods protected; a key on any other method is ignored (conformance 1).
+   * Methods protected; a key on any other method is ignored (protocol.md H1).
    * @default ['POST', 'PATCH']
    */
   methods?: string[];
   /**
    * Require a key: a protected request without one gets 400, and the handler does not run
-   * (conformance 2). Without it, such a request passes through unprotected.
+   * (protocol.md H2). Without it, such a request passes through unprotected.
    * @default false
    */
   required?: boolean;
   /**
-   * Request header carrying the key, e.g. `PayPal-Request-Id` (conformance 4).
+   * Request header carrying the key, e.g. `PayPal-Request-Id` (protocol.md H4).
    * @default 'Idempotency-Key'
    */
   keyHeader?: string;
@@ -49,11 +49,11 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    */
   getKey?: (request: HttpRequestInput) => string | undefined;
   /**
-   * Resolves the scope (tenant / API credential) of a request (conformance 6). The default
+   * Resolves the scope (tenant / API credential) of a request (protocol.md H6). The default
    * hashes the `Authorization` header, safe without configuration.
    */
   scope?: (request: HttpRequestInput) => string | Promise<string>;
-  /** Request headers that are part of the fingerprint, e.g. `['Stripe-Version']` (conformance 7). @default [] */
+  /** Request headers that are part of the fingerprint, e.g. `['Stripe-Version']` (protocol.md H7). @default [] */
   fingerprintHeaders?: string[];
   /**
    * RFC 6901 JSON pointers removed from a JSON body before it is fingerprinted, for members
@@ -77,7 +77,7 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
   mismatchStatus?: 400 | 409 | 422;
   /**
    * A handler that throws: `release` ends the lease and keeps the recovery point, the client
-   * gets a 500 problem and its retry resumes (conformance 10); `store` stores that 500 and
+   * gets a 500 problem and its retry resumes (protocol.md H10); `store` stores that 500 and
    * replays it (Stripe).
    * @default 'release'
    */
@@ -95,8 +95,7 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
   maxAttempts?: number;
   /**
    * Statuses that mean "rejected before work started" when no atomic phase has committed:
-   * not stored, claim deleted, the client may retry with the same key (seed, "What gets
-   * stored"). After a phase has committed every response is stored (conformance 9).
+   * not stored, claim deleted, the client may retry with the same key (protocol.md K10). After a phase has committed every response is stored (protocol.md H9).
    * @default [400, 401, 403, 422, 429]
    */
   discardStatuses?: number[];
@@ -117,7 +116,7 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    */
   maxResponseBytes?: number;
   /**
-   * `Retry-After` of a 409 "in progress", in seconds, clamped to the lease left (conformance 13).
+   * `Retry-After` of a 409 "in progress", in seconds, clamped to the lease left (protocol.md H13).
    * @default 1
    */
   retryAfterS?: number;

@@ -1,5 +1,5 @@
 /**
- * RFC 9457 problem details for every error idem itself produces (conformance 20): valid JSON,
+ * RFC 9457 problem details for every error idem itself produces (protocol.md H20): valid JSON,
  * `status` equal to the HTTP status, one `type` per condition. Optionally with a Stripe-style
  * `error` extension member, which Stripe's SDKs read (stripe-node resolves a non-2xx JSON
  * response without an `error` member as if it were a success).
@@ -66,13 +66,7 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
  * @param status the HTTP status, repeated as `status` in the body
  * @param headers extra headers, e.g. `Retry-After`
  */
-export function idemProblem(
-  kind: ProblemKind,
-  status: number,
-  detail: string,
-  format: ProblemFormat = {},
-  headers: Record<string, string> = {},
-): Response {
+export function idemProblem(kind: ProblemKind, status: number, detail: string, format: ProblemFormat = {}, headers: Record<string, string> = {}): Response {
   const parts = idemProblemParts(kind, status, detail, format, headers);
   return new Response(parts.text, { status, headers: parts.headers });
 }

@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 export const PUBLIC_SCOPE = 'public';
 
 /**
- * The default scope, safe without configuration (conformance 6): a SHA-256 of the request's
+ * The default scope, safe without configuration (protocol.md H6): a SHA-256 of the request's
  * `Authorization` header, so two API credentials can never receive each other's responses or
  * collide on a key; without one, a SHA-256 of the `Cookie` header (cookie sessions are
  * credentials too); without either, the shared scope `public`. Credentials are never

@@ -125,7 +125,18 @@ async function readBody(ctx: KoaContextLike): Promise<Uint8Array | null> {
   for await (const chunk of req) chunks.push(chunk as Buffer);
   const raw = Buffer.concat(chunks);
   const replay = Readable.from(raw.length > 0 ? [raw] : [], { objectMode: false }) as unknown as IncomingMessage;
-  for (const name of ['headers', 'rawHeaders', 'trailers', 'method', 'url', 'httpVersion', 'httpVersionMajor', 'httpVersionMinor', 'socket', 'complete'] as const) {
+  for (const name of [
+    'headers',
+    'rawHeaders',
+    'trailers',
+    'method',
+    'url',
+    'httpVersion',
+    'httpVersionMajor',
+    'httpVersionMinor',
+    'socket',
+    'complete',
+  ] as const) {
     Object.defineProperty(replay, name, { value: req[name], writable: true, configurable: true, enumerable: true });
   }
   Object.defineProperty(replay, 'headersDistinct', { get: () => req.headersDistinct, configurable: true });

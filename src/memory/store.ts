@@ -180,7 +180,10 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
   async commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: MemoryTx) => Promise<T>): Promise<Fenced<T>> {
     const undos: Array<() => void | Promise<void>> = [];
     const rollback = async () => {
-      for (const undo of undos.reverse()) await Promise.resolve().then(undo).catch(() => undefined);
+      for (const undo of undos.reverse())
+        await Promise.resolve()
+          .then(undo)
+          .catch(() => undefined);
     };
     let value: T;
     let rec: CommitRecord;
@@ -265,10 +268,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     const now = this.clock();
     const graceMs = Math.max(0, Math.floor(options.graceMs));
     const found = [...this.entries.values()].filter(
-      (e) =>
-        e.state === KeyState.Started &&
-        (e.lockedUntil === null || e.lockedUntil <= now - graceMs) &&
-        !this.retentionOver(e, options.retentionMs, now),
+      (e) => e.state === KeyState.Started && (e.lockedUntil === null || e.lockedUntil <= now - graceMs) && !this.retentionOver(e, options.retentionMs, now),
     );
     // Oldest lease first, released (null) leases before all others.
     found.sort((a, b) => (a.lockedUntil ?? -Infinity) - (b.lockedUntil ?? -Infinity));

@@ -33,7 +33,9 @@ export function holdResponse(res: ServerResponse, decide: (written: Response) =>
   const chunks: Buffer[] = [];
   const push = (chunk: unknown, encoding?: unknown) => {
     if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
-    chunks.push(typeof chunk === 'string' ? Buffer.from(chunk, (typeof encoding === 'string' ? encoding : 'utf8') as BufferEncoding) : Buffer.from(chunk as Uint8Array));
+    chunks.push(
+      typeof chunk === 'string' ? Buffer.from(chunk, (typeof encoding === 'string' ? encoding : 'utf8') as BufferEncoding) : Buffer.from(chunk as Uint8Array),
+    );
   };
   res.write = function write(chunk: unknown, encoding?: unknown, cb?: unknown) {
     push(chunk, encoding);
@@ -46,7 +48,10 @@ export function holdResponse(res: ServerResponse, decide: (written: Response) =>
     restore();
     const written = bodyResponse(res.statusCode, Buffer.concat(chunks), { headers: toHeaders(res.getHeaders()) });
     decide(written)
-      .then((out) => sendResponse(res, out), (error: unknown) => sendResponse(res, new Response(String(error), { status: 500 })))
+      .then(
+        (out) => sendResponse(res, out),
+        (error: unknown) => sendResponse(res, new Response(String(error), { status: 500 })),
+      )
       // The client went away or the head went out past the hold: never leave it hanging.
       .catch(() => void (res.writableEnded || res.destroy()))
       .finally(() => {

@@ -85,7 +85,5 @@ export function toExecutor(client: SqlClient, limits: ExecutorLimits = {}): SqlE
   if (typeof (client as PoolLike).connect === 'function' && typeof (client as PoolLike).totalCount === 'number') {
     return poolExecutor(client as PoolLike, limits);
   }
-  throw new TypeError(
-    'idem/postgres: `client` must be a pg.Pool (a single pg.Client cannot run concurrent transactions) or a PGlite instance',
-  );
+  throw new TypeError('idem/postgres: `client` must be a pg.Pool (a single pg.Client cannot run concurrent transactions) or a PGlite instance');
 }

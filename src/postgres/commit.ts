@@ -16,7 +16,12 @@ export async function commitRecord(ctx: StoreContext, ref: KeyRef, rec: CommitRe
   if (rec.kind === 'phase' || rec.response.body.length <= ctx.inlineMaxBytes) {
     return (await write(ctx, undefined, ref, rec)) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
-  return commitWithEffects(ctx, ref, () => rec, async () => undefined);
+  return commitWithEffects(
+    ctx,
+    ref,
+    () => rec,
+    async () => undefined,
+  );
 }
 
 /**
@@ -33,7 +38,7 @@ export async function commitWithEffects<T>(
   try {
     const value = await ctx.db.transaction(async (tx) => {
       const value = await effects(tx);
-      // The fenced write comes last (seed statement 4): zero rows means another worker took
+      // The fenced write comes last (protocol.md Q4): zero rows means another worker took
       // the key over while the effects ran; throwing rolls the effects back with it.
       if (!(await write(ctx, tx, ref, record(value), (blob) => (external = blob)))) throw FENCED;
       return value;
@@ -53,13 +58,7 @@ export async function commitWithEffects<T>(
  * COMMIT; `onExternalBlob` learns of a blob written outside the transaction.
  * @returns false when fenced (no row matched the token)
  */
-async function write(
-  ctx: StoreContext,
-  tx: Queryable | undefined,
-  ref: KeyRef,
-  rec: CommitRecord,
-  onExternalBlob?: (blob: BlobRef) => void,
-): Promise<boolean> {
+async function write(ctx: StoreContext, tx: Queryable | undefined, ref: KeyRef, rec: CommitRecord, onExternalBlob?: (blob: BlobRef) => void): Promise<boolean> {
   const run = (text: string, params: unknown[]) => (tx ? ctx.db.queryOn(tx, text, params) : ctx.db.query(text, params));
   if (rec.kind === 'phase') {
     const result = await run(ctx.sql.recordPhase, [ref.scope, ref.key, ref.token, rec.phase, JSON.stringify(rec.result ?? null), rec.leaseMs]);

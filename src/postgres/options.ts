@@ -1,6 +1,7 @@
 import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../core/cipher.js';
 import { InvalidOptionError } from '../core/errors.js';
 import { type BlobStore, TableBlobStore } from './blob-store.js';
+import { channelName, notifyingStatements } from './notify.js';
 import { type SqlClient, type SqlExecutor, toExecutor } from './client.js';
 import { type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
 
@@ -70,6 +71,16 @@ export interface PostgresStoreOptions {
    * @default 256
    */
   maxPoolWaiting?: number;
+  /**
+   * Wait mode (protocol.md K17): the takeover, finish, release and discard statements send
+   * `pg_notify('idem_<table>', …)` in their own transaction, and the store gets `subscribe`,
+   * so an engine with `inProgress: { wait }` wakes its waiting duplicates the moment the key
+   * changes. Turn it on in every process that writes the table (a process without it changes
+   * keys silently, and its waiters' peers only learn at the end of their wait). Off by default:
+   * PostgreSQL serialises the commits of notifying transactions on one database-wide lock.
+   * @default false
+   */
+  notify?: boolean;
 }
 
 /** Options of partitioned mode. */
@@ -111,6 +122,10 @@ export interface StoreContext {
   readonly inlineMaxBytes: number;
   readonly blobs: BlobStore;
   readonly cipher: ResponseCipher | undefined;
+  /** The LISTEN/NOTIFY channel when `notify` is on, else undefined. */
+  readonly channel: string | undefined;
+  /** The client as given (for LISTEN). */
+  readonly client: PostgresStoreOptions['client'];
 }
 
 /**
@@ -157,5 +172,7 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
     if (!(partitioning.dropLockTimeoutMs >= 1)) throw new InvalidOptionError('partitioned.dropLockTimeoutMs must be >= 1');
     psql = partitionedStatements(table);
   }
-  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher };
+  const channel = options.notify ? channelName(table) : undefined;
+  if (channel) sql = notifyingStatements(sql, channel);
+  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher, channel, client: options.client };
 }

@@ -83,7 +83,10 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
     let late = false;
     const pending = pool.connect();
     // A connection that arrives after the deadline goes straight back to the pool.
-    pending.then((conn) => late && giveBack(conn), () => undefined);
+    pending.then(
+      (conn) => late && giveBack(conn),
+      () => undefined,
+    );
     const conn = await deadline(pending, timeoutMs, 'waiting for a pool connection', () => (late = true));
     done.delete(conn);
     return conn;
@@ -92,7 +95,9 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
   /** One statement on `conn` under the deadline; past it, `conn` is destroyed. */
   function timed(conn: PoolClientLike, text: string, params?: unknown[], plain = false): Promise<QueryResultLike> {
     const run = plain ? conn.query(text) : named(conn, text, params);
-    return deadline(run, timeoutMs, `the statement ${text.trim().split(/\s+/, 2).join(' ')}`, () => destroy(conn, new StoreTimeoutError('statement deadline passed')));
+    return deadline(run, timeoutMs, `the statement ${text.trim().split(/\s+/, 2).join(' ')}`, () =>
+      destroy(conn, new StoreTimeoutError('statement deadline passed')),
+    );
   }
 
   return {

@@ -73,7 +73,8 @@ export async function readRecord(ctx: StoreContext, row: Row, scope: string, key
   let body: Uint8Array | undefined = record.response.body;
   if (row.response_body_ref) {
     body = await ctx.blobs.get(blobRef(row, scope, key));
-    if (body === undefined) throw new ResponseUnreadableError(`The out-of-line body of this stored response is missing (blob ${String(row.response_body_ref)})`);
+    if (body === undefined)
+      throw new ResponseUnreadableError(`The out-of-line body of this stored response is missing (blob ${String(row.response_body_ref)})`);
     body = bytes(body);
   }
   if (keyId === undefined) {

@@ -9,12 +9,13 @@
  * milliseconds (`$n::int8 * interval '1 millisecond'`).
  *
  * Fencing: every write after the claim carries `lock_version = $token` in its WHERE clause
- * (seed statements 3-5). Zero rows back means another worker holds a newer token; the caller
+ * (protocol.md Q3-Q5). Zero rows back means another worker holds a newer token; the caller
  * rolls back whatever it did in the same transaction.
  */
 import { blobStatements, blobTableStatement } from './sql/blobs.js';
 import { claimStatements, partitionedClaimStatements } from './sql/claim.js';
 import { completerStatements } from './sql/completer.js';
+import { dashboardStatements } from './sql/dashboard.js';
 import { fencedStatements } from './sql/fenced.js';
 import { inspectStatements } from './sql/inspect.js';
 import { migrateStatements, tableKind } from './sql/migrate.js';
@@ -61,6 +62,11 @@ export interface Statements {
   saveRequest: string;
   listAbandoned: string;
   discardAbandoned: string;
+  /** sql/dashboard.ts */
+  dashboardTimeline: string;
+  dashboardStuck: string;
+  dashboardOldest: string;
+  dashboardPastRetention: string;
 }
 
 /**
@@ -86,7 +92,7 @@ export interface PartitionedStatements {
 }
 
 /**
- * Builds the statements for `table` (default `idempotency_keys`, the seed's name).
+ * Builds the statements for `table` (default `idempotency_keys`, the name protocol.md uses).
  * @throws {Error} for an invalid or too long table name
  */
 export function statements(table: string): Statements {
@@ -101,11 +107,12 @@ export function statements(table: string): Statements {
     ...blobStatements(names),
     ...inspectStatements(names),
     ...completerStatements(names),
+    ...dashboardStatements(names),
   };
 }
 
 /**
- * Partitioned mode (seed: "partition by created_at, drop whole partitions"): the table is
+ * Partitioned mode (protocol.md K16): the table is
  * range-partitioned by `created_at`, one partition per UTC day named `<table>_pYYYYMMDD`,
  * created ahead of time; retention drops whole partitions, so expiry leaves no dead tuples.
  *

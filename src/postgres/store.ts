@@ -6,6 +6,7 @@ import type {
   CommitRecord,
   Fenced,
   IdempotencyStore,
+  KeyChanges,
   KeyRecord,
   KeyRef,
   RequestSnapshot,
@@ -14,20 +15,23 @@ import type {
 import { claim, takeOver } from './claim.js';
 import type { Queryable } from './client.js';
 import { commitRecord, commitWithEffects } from './commit.js';
+import { type DashboardData, dashboard, dashboardInspect } from './dashboard.js';
 import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
 import { migrate, tableMode } from './migrate.js';
 import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, storeContext } from './options.js';
+import { KeyChangeHub } from './notify.js';
 import { maintain } from './partitions.js';
 import { readRecord } from './responses.js';
 import { snapshotJson, toRecord, toSnapshot } from './rows.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
 
 export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PartitionOptions, type PostgresStoreOptions } from './options.js';
+export type { DashboardData, DashboardKey } from './dashboard.js';
 export type { KeyInspection, StoreStats } from './inspect.js';
 export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './sweep.js';
 
 /**
- * The PostgreSQL store: one row per (scope, key) in `idempotency_keys` (seed, "Code").
+ * The PostgreSQL store: one row per (scope, key) in `idempotency_keys` (protocol.md Q1-Q6).
  * Works on `pg.Pool` and PGlite. The transaction handle given to local effects is a
  * {@link Queryable} on the same connection as the fenced write.
  *
@@ -56,7 +60,19 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     this.ctx = storeContext(options);
     this.table = this.ctx.table;
     this.partitioning = this.ctx.partitioning;
+    if (this.ctx.channel) {
+      const hub = new KeyChangeHub(this.ctx.client, this.ctx.channel);
+      this.subscribe = (scope, key) => hub.subscribe(scope, key);
+    }
   }
+
+  /**
+   * Present when the store was made with `notify: true` (wait mode, protocol.md K17): a
+   * subscription to one key's finish, release, discard and takeover, woken by `LISTEN/NOTIFY`.
+   * On a `pg.Pool` one connection per process and pool listens while any subscription is open
+   * (it is checked out of the pool and returned when the last one closes); on PGlite, its `listen`.
+   */
+  readonly subscribe?: (scope: string, key: string) => Promise<KeyChanges>;
 
   /**
    * Creates the table, its index and token sequence if missing, and upgrades a table made by
@@ -150,7 +166,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   }
 
   /**
-   * Deletes rows past retention (seed step 6): rows created at or before `now() - retentionMs`
+   * Deletes rows past retention (protocol.md K6): rows created at or before `now() - retentionMs`
    * (database clock, fixed when the sweep starts) whose lease is not valid. A plain table is
    * swept in batches by key range, oldest first, skipping rows locked right now; a partitioned
    * one by dropping each partition whose whole day is past retention (one statement each,
@@ -193,5 +209,20 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    */
   stats(retentionMs: number = DEFAULT_RETENTION_MS): Promise<StoreStats> {
     return stats(this.ctx, retentionMs);
+  }
+
+  /**
+   * What `idem dashboard` shows: {@link stats}, keys of the last 24 h by hour and state, and up
+   * to `limit` stuck, oldest and past-retention keys. Read-only; no bodies, no credentials.
+   * @param retentionMs @default 86_400_000 (24 h)
+   * @param limit rows per list @default 20
+   */
+  dashboard(retentionMs: number = DEFAULT_RETENTION_MS, limit = 20): Promise<DashboardData> {
+    return dashboard(this.ctx, retentionMs, limit);
+  }
+
+  /** {@link inspect} for the dashboard: phase names instead of phase results (which may hold business data). */
+  dashboardInspect(scope: string, key: string, retentionMs: number = DEFAULT_RETENTION_MS) {
+    return dashboardInspect(this.ctx, scope, key, retentionMs);
   }
 }

@@ -39,9 +39,10 @@ export interface RedisRunner {
   command(key: string, args: string[]): Promise<unknown>;
 }
 
-const SHAS = Object.fromEntries(
-  Object.entries(SCRIPTS).map(([name, text]) => [name, createHash('sha1').update(text).digest('hex')]),
-) as Record<ScriptName, string>;
+const SHAS = Object.fromEntries(Object.entries(SCRIPTS).map(([name, text]) => [name, createHash('sha1').update(text).digest('hex')])) as Record<
+  ScriptName,
+  string
+>;
 
 /** The SHA1 of each script, as `EVALSHA` names it. */
 export function scriptSha(name: ScriptName): string {

@@ -237,7 +237,12 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     const keys = this.keys(ref.scope, ref.key);
     const token = String(ref.token);
     if (rec.kind === 'phase') {
-      const ok = await this.redis.script('recordPhase', keys.slice(0, 2), [token, rec.phase, JSON.stringify(rec.result ?? null), String(Math.max(0, Math.floor(rec.leaseMs)))]);
+      const ok = await this.redis.script('recordPhase', keys.slice(0, 2), [
+        token,
+        rec.phase,
+        JSON.stringify(rec.result ?? null),
+        String(Math.max(0, Math.floor(rec.leaseMs))),
+      ]);
       return ok ? { kind: 'ok', value } : { kind: 'fenced' };
     }
     return (await this.finishInRedis(ref, rec.response)) ? { kind: 'ok', value } : { kind: 'fenced' };
@@ -265,13 +270,23 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
    * transaction (fenced there), then mirrored to Redis: a phase renews the Redis lease and
    * shows its recovery point to `get`; a finish stores the response for replays.
    */
-  private async commitInLedger<T>(ledger: PhaseLedger<Tx>, ref: KeyRef, record: (value: T) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T>> {
+  private async commitInLedger<T>(
+    ledger: PhaseLedger<Tx>,
+    ref: KeyRef,
+    record: (value: T) => CommitRecord,
+    effects?: (tx: Tx) => Promise<T>,
+  ): Promise<Fenced<T>> {
     let rec: CommitRecord | undefined;
     const outcome = await ledger.commit<T>(ref, (value) => (rec = record(value)), effects);
     if (outcome.kind === 'fenced' || !rec) return outcome;
     if (rec.kind === 'phase') {
       const keys = this.keys(ref.scope, ref.key).slice(0, 2);
-      await this.redis.script('recordPhase', keys, [String(ref.token), rec.phase, JSON.stringify(rec.result ?? null), String(Math.max(0, Math.floor(rec.leaseMs)))]);
+      await this.redis.script('recordPhase', keys, [
+        String(ref.token),
+        rec.phase,
+        JSON.stringify(rec.result ?? null),
+        String(Math.max(0, Math.floor(rec.leaseMs))),
+      ]);
       return outcome;
     }
     // Committed in the ledger: the response is the key's, even if a takeover in Redis fenced

@@ -2,7 +2,7 @@ import type { KeyState } from '../core/constants.js';
 
 /**
  * A response as stored and replayed: status, allow-listed headers (lower-case names, in
- * order; a name may repeat) and the exact body bytes (conformance 8).
+ * order; a name may repeat) and the exact body bytes (protocol.md H8).
  */
 export interface StoredResponse {
   status: number;
@@ -21,7 +21,7 @@ export interface KeyRef {
   token: number;
 }
 
-/** An existing key row, as read on the conflict path (seed statement 2). */
+/** An existing key row, as read on the conflict path (protocol.md Q2). */
 export interface KeyRecord {
   scope: string;
   key: string;
@@ -71,7 +71,7 @@ export interface AbandonedKey {
   request?: RequestSnapshot;
 }
 
-/** Input of a claim (seed step 3). */
+/** Input of a claim (protocol.md K3). */
 export interface ClaimInput {
   scope: string;
   key: string;
@@ -83,9 +83,7 @@ export interface ClaimInput {
 }
 
 /** Outcome of a claim: this worker owns the key, or the key already exists. */
-export type ClaimResult =
-  | { kind: 'claimed'; token: number; claimId: string }
-  | { kind: 'exists'; record: KeyRecord };
+export type ClaimResult = { kind: 'claimed'; token: number; claimId: string } | { kind: 'exists'; record: KeyRecord };
 
 /** Outcome of a takeover attempt. */
 export type TakeOverResult =
@@ -100,9 +98,30 @@ export type Fenced<T = void> = { kind: 'ok'; value: T } | { kind: 'fenced' };
  * What a commit records together with its local effects: either an atomic phase's recovery
  * point and result (the lease is renewed), or the final response (state `done`, lease cleared).
  */
-export type CommitRecord =
-  | { kind: 'phase'; phase: string; result: unknown; leaseMs: number }
-  | { kind: 'finish'; response: StoredResponse };
+export type CommitRecord = { kind: 'phase'; phase: string; result: unknown; leaseMs: number } | { kind: 'finish'; response: StoredResponse };
+
+/**
+ * A subscription to changes of one key (see {@link IdempotencyStore.subscribe}): resolves
+ * {@link KeyChanges.next} when a finish, release, discard or takeover of the key committed after
+ * the subscription became active. A change that arrived between two `next` calls is kept, so
+ * none is missed between a read and the wait that follows it.
+ */
+export interface KeyChanges {
+  /**
+   * Waits for the next change of the key, at most `timeoutMs` ms.
+   * @returns `true` when the key changed (read it again), `false` on timeout or when `signal` aborted
+   */
+  next(timeoutMs: number, signal?: AbortSignal): Promise<boolean>;
+  /** Ends the subscription; idempotent. */
+  close(): void;
+  /**
+   * How many change notifications (of any key of the store) this process has received so far,
+   * counting a lost notification channel as one. A read of the store issued while `seen` had
+   * the value it has now reflects every change this subscription could have missed, so the
+   * waiters of one process may share it.
+   */
+  readonly seen: number;
+}
 
 /**
  * The storage behind idem: one row per (scope, key). Expected outcomes are result unions;
@@ -115,39 +134,39 @@ export type CommitRecord =
 export interface IdempotencyStore<Tx = unknown> {
   /**
    * Inserts the key as `started` with a lease, committed on its own so concurrent duplicates
-   * see it at once (seed statement 1). A row past retention is replaced as if absent.
-   * On conflict returns the existing row (seed statement 2).
+   * see it at once (protocol.md Q1). A row past retention is replaced as if absent.
+   * On conflict returns the existing row (protocol.md Q2).
    */
   claim(input: ClaimInput): Promise<ClaimResult>;
 
   /**
    * Takes over a `started` key whose lease expired, only if its token is still `expectedToken`
-   * (seed statement 3). The new token is higher than every token handed out before for
+   * (protocol.md Q3). The new token is higher than every token handed out before for
    * this key.
    */
   takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult>;
 
   /**
    * Runs `effects` and records `record(value)` in one transaction, fenced by `ref.token`
-   * (seed steps 4-5). If the token is stale the effects are rolled back and the result is
+   * (protocol.md K4-K5). If the token is stale the effects are rolled back and the result is
    * `fenced`. If `effects` throws, everything is rolled back and the error propagates.
    */
   commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
   /** A commit with no local effects: records `record(undefined)` alone, fenced by `ref.token`. */
   commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced>;
 
-  /** Extends the lease to `now() + leaseMs` (the heartbeat, conformance 16). */
+  /** Extends the lease to `now() + leaseMs` (the heartbeat, protocol.md H16). */
   extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced>;
 
   /**
    * Ends this worker's lease without finishing, keeping the recovery point, so the next retry
-   * takes over at once and resumes (conformance 10).
+   * takes over at once and resumes (protocol.md H10).
    */
   release(ref: KeyRef): Promise<Fenced<'released'>>;
 
   /**
    * Deletes a key on which no phase has committed: the request was rejected before work
-   * started and the client may fix it and retry with the same key (seed, "What gets stored").
+   * started and the client may fix it and retry with the same key (protocol.md K10).
    * A key with a committed phase is released instead (see {@link release}), never deleted.
    */
   discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>>;
@@ -184,4 +203,14 @@ export interface IdempotencyStore<Tx = unknown> {
    * @returns `ok` when deleted, `fenced` when the key changed.
    */
   discardAbandoned?(ref: KeyRef): Promise<Fenced>;
+
+  /**
+   * Optional (wait mode, protocol.md K17). Subscribes to changes of one key: every finish,
+   * release, discard and takeover of it, by any process sharing the store, wakes the
+   * subscription once committed. Resolves once the subscription is active, so the caller
+   * subscribes first, reads the key, then waits: a change committed after the read is never
+   * missed. A store without it cannot serve `inProgress.wait`. Spurious wake-ups are allowed
+   * (the caller reads again); a wake-up that never comes only costs the caller its wait.
+   */
+  subscribe?(scope: string, key: string): Promise<KeyChanges>;
 }

@@ -53,7 +53,18 @@ export interface AdapterApp {
 }
 
 export interface AdapterHarness {
-  name: 'web core' | 'hono' | 'express' | 'fastify' | 'nestjs (express)' | 'nestjs (fastify)' | 'koa' | 'next' | 'lambda rest v1' | 'lambda http v2' | 'lambda function url';
+  name:
+    | 'web core'
+    | 'hono'
+    | 'express'
+    | 'fastify'
+    | 'nestjs (express)'
+    | 'nestjs (fastify)'
+    | 'koa'
+    | 'next'
+    | 'lambda rest v1'
+    | 'lambda http v2'
+    | 'lambda function url';
   /** True when `send` goes over a real socket (fetch then refuses some header bytes, e.g. 0x01). */
   socket: boolean;
   /** Builds the app; servers it starts are closed by `cleanup`. */

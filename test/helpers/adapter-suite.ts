@@ -45,10 +45,14 @@ export function adapterContract(env: SuiteEnv): void {
       const counter = { H: 0 };
       // The route's tx is the store's own; routes here only hand it to the harness's effects.
       const store = h.store as IdempotencyStore<Queryable>;
-      const app = harness.build({ store, onHandlerError: (e) => errors.push(e), ...options }, (req, ctx) => {
-        counter.H++;
-        return route(req, ctx);
-      }, cleanup);
+      const app = harness.build(
+        { store, onHandlerError: (e) => errors.push(e), ...options },
+        (req, ctx) => {
+          counter.H++;
+          return route(req, ctx);
+        },
+        cleanup,
+      );
       const send = (path: string, s: Send = {}) => app.send(path, requestInit(s));
       return { app, h, counter, errors, send, rows: () => h.rows(), count: () => h.count(), dump: () => h.dump() };
     },
@@ -70,10 +74,14 @@ export function unreachableStoreContract(harness: AdapterHarness, cleanup: (fn: 
     const down = unreachableStore();
     try {
       let H = 0;
-      const app = harness.build({ store: down.store }, () => {
-        H++;
-        return { status: 201, body: 'ran' };
-      }, cleanup);
+      const app = harness.build(
+        { store: down.store },
+        () => {
+          H++;
+          return { status: 201, body: 'ran' };
+        },
+        cleanup,
+      );
       const res = await app.send('/v1/charges', requestInit({ key: 'k-down', json: { amount: 1 } }));
       assert.equal(res.headers.get('retry-after'), '1');
       await assertProblem(res, 503, 'idempotency-store-unavailable');

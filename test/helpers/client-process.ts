@@ -35,7 +35,14 @@ if (env.CLIENT_MODE === 'send') {
   const out = await Promise.all(
     results.map(async (r) =>
       r.ok
-        ? { key: r.key, status: r.response.status, replayed: r.response.replayed, key2: r.response.idempotencyKey, attempts: r.response.attempts, body: await r.response.text() }
+        ? {
+            key: r.key,
+            status: r.response.status,
+            replayed: r.response.replayed,
+            key2: r.response.idempotencyKey,
+            attempts: r.response.attempts,
+            body: await r.response.text(),
+          }
         : { key: r.key, error: String(r.error) },
     ),
   );

@@ -42,7 +42,10 @@ export function fastifyRouteRequest(request: FastifyRequest): RouteRequest {
     headers,
     bytes: async () => fastifyBody(request),
     text: async () => Buffer.from(fastifyBody(request)).toString('utf8'),
-    json: async <T>() => (typeof request.body === 'object' && !(request.body instanceof Uint8Array) ? request.body : JSON.parse(Buffer.from(fastifyBody(request)).toString('utf8'))) as T,
+    json: async <T>() =>
+      (typeof request.body === 'object' && !(request.body instanceof Uint8Array)
+        ? request.body
+        : JSON.parse(Buffer.from(fastifyBody(request)).toString('utf8'))) as T,
   };
 }
 
@@ -57,7 +60,10 @@ export function fastifySend(reply: FastifyReply, answer: Reply | Response): Fast
 }
 
 /** Listens once on 127.0.0.1:0; `cleanup` closes the app. */
-export function serveOnce(app: { listen(o: { port: number; host: string }): Promise<string>; close(): Promise<unknown> }, cleanup: (fn: () => Promise<void>) => void): () => Promise<string> {
+export function serveOnce(
+  app: { listen(o: { port: number; host: string }): Promise<string>; close(): Promise<unknown> },
+  cleanup: (fn: () => Promise<void>) => void,
+): () => Promise<string> {
   let url: Promise<string> | undefined;
   return () =>
     (url ??= app.listen({ port: 0, host: '127.0.0.1' }).then((address) => {
@@ -72,7 +78,9 @@ export const fastifyHarness: AdapterHarness = {
   build(options, route: Route, cleanup) {
     const app = fastifyApp();
     const ready = app.register(idempotency, options).after(() => {
-      app.all('/*', { config: { idempotency: true } }, async (request, reply) => fastifySend(reply, await route(fastifyRouteRequest(request), request.idem as Ctx)));
+      app.all('/*', { config: { idempotency: true } }, async (request, reply) =>
+        fastifySend(reply, await route(fastifyRouteRequest(request), request.idem as Ctx)),
+      );
     });
     const serve = serveOnce({ listen: async (o) => (await ready, app.listen(o)), close: () => app.close() }, cleanup);
     return {

@@ -72,7 +72,12 @@ class HarnessController {
 @Module({})
 class HarnessModule {
   static with(options: IdempotencyOptions<Queryable>, route: Route): DynamicModule {
-    return { module: HarnessModule, imports: [IdempotencyModule.forRoot(options)], controllers: [HarnessController], providers: [{ provide: ROUTE, useValue: route }] };
+    return {
+      module: HarnessModule,
+      imports: [IdempotencyModule.forRoot(options)],
+      controllers: [HarnessController],
+      providers: [{ provide: ROUTE, useValue: route }],
+    };
   }
 }
 

@@ -59,7 +59,7 @@ export async function tableText(client: SqlClient, table: string): Promise<strin
 }
 
 /**
- * Asserts an idem problem response (conformance 20): `application/problem+json`, valid JSON,
+ * Asserts an idem problem response (protocol.md H20): `application/problem+json`, valid JSON,
  * `status` equal to the HTTP status, `type` the given kind. Consumes the body.
  */
 export async function assertProblem(response: Response, status: number, kind: string): Promise<ProblemBody> {
@@ -90,7 +90,7 @@ export function unreachableStore(): { store: PostgresStore; close(): Promise<voi
   return { store: new PostgresStore({ client: pool, table: 'idem_unreachable' }), close: () => pool.end() };
 }
 
-/** The invalid keys of conformance 5 that any client can send, with a name for the test title. */
+/** The invalid keys of protocol.md H5 that any client can send, with a name for the test title. */
 export const INVALID_KEYS: Array<[string, string]> = [
   ['an empty key', ''],
   ['a 256-character key', 'k'.repeat(256)],

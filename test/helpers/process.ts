@@ -76,7 +76,10 @@ export function spawnTs(file: string, env: Record<string, string>): Child {
     exited,
     waitFor(pattern, timeoutMs = CHILD_READY_TIMEOUT_MS) {
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => done(new Error(`timed out after ${timeoutMs} ms waiting for ${pattern} in the output of ${file}:\n${output}`)), timeoutMs);
+        const timer = setTimeout(
+          () => done(new Error(`timed out after ${timeoutMs} ms waiting for ${pattern} in the output of ${file}:\n${output}`)),
+          timeoutMs,
+        );
         const check = () => {
           const match = pattern.exec(output);
           if (match) return done(undefined, match);

@@ -160,7 +160,9 @@ export const redisClusterFactory: StoreFactory = {
   async connect() {
     const cluster = await startCluster();
     try {
-      const t = await clusterClients(cluster).find((c) => c.name === 'ioredis cluster')!.open();
+      const t = await clusterClients(cluster)
+        .find((c) => c.name === 'ioredis cluster')!
+        .open();
       return {
         fresh: redisHarness(t),
         async close() {

@@ -17,7 +17,12 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 const fp = (n: number): Uint8Array => new Uint8Array(32).fill(n);
 const claimInput = (key: string, overrides: Partial<ClaimInput> = {}): ClaimInput => ({
-  scope: 'tenant-1', key, fingerprint: fp(1), leaseMs: LONG_LEASE_MS, retentionMs: RETENTION_MS, ...overrides,
+  scope: 'tenant-1',
+  key,
+  fingerprint: fp(1),
+  leaseMs: LONG_LEASE_MS,
+  retentionMs: RETENTION_MS,
+  ...overrides,
 });
 function claimedToken(result: ClaimResult): number {
   assert.equal(result.kind, 'claimed', `expected a claim, got ${JSON.stringify(result)}`);
@@ -27,9 +32,18 @@ const existing = (result: ClaimResult) => {
   assert.equal(result.kind, 'exists', JSON.stringify(result));
   return (result as Extract<ClaimResult, { kind: 'exists' }>).record;
 };
-const phase = (name: string, leaseMs = LONG_LEASE_MS) => (value: unknown): CommitRecord => ({ kind: 'phase', phase: name, result: value, leaseMs });
+const phase =
+  (name: string, leaseMs = LONG_LEASE_MS) =>
+  (value: unknown): CommitRecord => ({ kind: 'phase', phase: name, result: value, leaseMs });
 const finishWith = (response: StoredResponse) => (): CommitRecord => ({ kind: 'finish', response });
-const RESPONSE: StoredResponse = { status: 201, headers: [['content-type', 'application/json'], ['x-a', '1']], body: new Uint8Array([0, 1, 2, 255, 128]) };
+const RESPONSE: StoredResponse = {
+  status: 201,
+  headers: [
+    ['content-type', 'application/json'],
+    ['x-a', '1'],
+  ],
+  body: new Uint8Array([0, 1, 2, 255, 128]),
+};
 
 /** Runs the RedisStore contract on the client `open` returns. */
 export function redisStoreSuite(name: string, open: () => Promise<TestClient>, options: { ownServer: boolean }): void {
@@ -105,7 +119,10 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
         const s2 = await store.claim({ ...claimInput('b:c'), scope: 'a' });
         assert.equal(s1.kind, 'claimed');
         assert.equal(s2.kind, 'claimed');
-        for (const [scope, key] of [['a:b', 'c'], ['a', 'b:c']] as const) {
+        for (const [scope, key] of [
+          ['a:b', 'c'],
+          ['a', 'b:c'],
+        ] as const) {
           const k = hashKey(prefix, scope, key);
           await t.raw(k, ['DEL', k, tokenKey(k)]);
         }
@@ -260,7 +277,12 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
 
       it('does not record when the effects throw', async () => {
         const token = claimedToken(await claim('k'));
-        await assert.rejects(store.commit({ scope: 'tenant-1', key: 'k', token }, phase('a'), async () => { throw new Error('boom'); }), /boom/);
+        await assert.rejects(
+          store.commit({ scope: 'tenant-1', key: 'k', token }, phase('a'), async () => {
+            throw new Error('boom');
+          }),
+          /boom/,
+        );
         assert.equal((await store.get('tenant-1', 'k', RETENTION_MS))!.recoveryPoint, 'start');
       });
 
@@ -304,9 +326,17 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
         await store.commit({ scope: 'tenant-1', key: 'done', token: done }, finishWith(RESPONSE));
         claimedToken(await claim('old', { leaseMs: 0 }));
         await age('old');
-        assert.deepEqual((await list(60_000)).map((a) => a.record.key), ['rel'], 'a released lease counts at once, whatever the grace');
+        assert.deepEqual(
+          (await list(60_000)).map((a) => a.record.key),
+          ['rel'],
+          'a released lease counts at once, whatever the grace',
+        );
         const found = await list(0);
-        assert.deepEqual(found.map((a) => a.record.key), ['rel', 'k'], 'released (no lease) first, then by lease end');
+        assert.deepEqual(
+          found.map((a) => a.record.key),
+          ['rel', 'k'],
+          'released (no lease) first, then by lease end',
+        );
         assert.equal(found[0]!.request, undefined);
         assert.deepEqual(found[1]!.request, snapshot);
         assert.equal(found[1]!.record.token, token);

@@ -115,8 +115,24 @@ export async function startCluster(): Promise<TestCluster> {
     ports.push(port);
     const proc = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`,
-        '--dir', dir, '--save', '', '--appendonly', 'no', '--cluster-node-timeout', '5000'],
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        `nodes-${port}.conf`,
+        '--dir',
+        dir,
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--cluster-node-timeout',
+        '5000',
+      ],
       { stdio: 'ignore' },
     );
     procs.push(proc);
@@ -140,8 +156,24 @@ export async function startCluster(): Promise<TestCluster> {
     nodeIds,
     async reshard(fromPort, toPort, slots) {
       const ids = await nodeIds();
-      await run('redis-cli', ['--cluster', 'reshard', `127.0.0.1:${ports[0]}`, '--cluster-from', ids.get(fromPort)!, '--cluster-to', ids.get(toPort)!,
-        '--cluster-slots', String(slots), '--cluster-yes', '--cluster-pipeline', '10'], { timeout: 300_000 });
+      await run(
+        'redis-cli',
+        [
+          '--cluster',
+          'reshard',
+          `127.0.0.1:${ports[0]}`,
+          '--cluster-from',
+          ids.get(fromPort)!,
+          '--cluster-to',
+          ids.get(toPort)!,
+          '--cluster-slots',
+          String(slots),
+          '--cluster-yes',
+          '--cluster-pipeline',
+          '10',
+        ],
+        { timeout: 300_000 },
+      );
     },
     stop,
   };
@@ -161,7 +193,10 @@ export function clusterClients(cluster: TestCluster): Array<{ name: string; open
     {
       name: 'ioredis cluster',
       async open() {
-        const client = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })), { lazyConnect: true });
+        const client = new Cluster(
+          cluster.ports.map((port) => ({ host: '127.0.0.1', port })),
+          { lazyConnect: true },
+        );
         await client.connect();
         return { name: 'ioredis cluster', client, raw: (_k, args) => client.call(args[0]!, ...args.slice(1)), close: async () => void client.disconnect() };
       },
@@ -188,8 +223,28 @@ export async function startReplicaPair(extraArgs: string[] = []): Promise<Replic
   let replicaPort = await freePort();
   while (replicaPort === primaryPort) replicaPort = await freePort();
   const server = (port: number, args: string[]) =>
-    spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--dbfilename', `dump-${port}.rdb`,
-      '--appendfilename', `aof-${port}.aof`, '--appenddirname', `aof-${port}`, '--save', '', ...extraArgs, ...args], { stdio: 'ignore' });
+    spawn(
+      'redis-server',
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--dbfilename',
+        `dump-${port}.rdb`,
+        '--appendfilename',
+        `aof-${port}.aof`,
+        '--appenddirname',
+        `aof-${port}`,
+        '--save',
+        '',
+        ...extraArgs,
+        ...args,
+      ],
+      { stdio: 'ignore' },
+    );
   const primary = server(primaryPort, []);
   const replica = server(replicaPort, ['--replicaof', '127.0.0.1', String(primaryPort)]);
   const procs = [primary, replica];

@@ -164,8 +164,7 @@ function postgresFactory(
             async staleInTx(tx, scope, key) {
               await tx.query(`UPDATE "${table}" SET lock_version = lock_version + 1 ${where}`, [scope, key]);
             },
-            dump: async () =>
-              (await q(client).query(`SELECT k::text AS row FROM "${table}" AS k`)).rows.map((r) => String(r.row)).join('\n'),
+            dump: async () => (await q(client).query(`SELECT k::text AS row FROM "${table}" AS k`)).rows.map((r) => String(r.row)).join('\n'),
             rows: () => keyRows(client, table),
             async sweepKey(scope, key) {
               if (!partitioned) {
@@ -322,10 +321,7 @@ export const storeFactories: StoreFactory[] = [
   // cover nothing the partitioned PostgreSQL entry does not.
   postgresFactory('PostgresStore (partitioned) on PGlite', openPglite, true, true),
   ...(process.env.DATABASE_URL
-    ? [
-        postgresFactory('PostgresStore on PostgreSQL', openPostgres, false),
-        postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true),
-      ]
+    ? [postgresFactory('PostgresStore on PostgreSQL', openPostgres, false), postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true)]
     : []),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),

@@ -4,7 +4,7 @@ import { CLAIMED_ROW, literal, ROW, type TableNames } from './table.js';
 const retentionExpired = (param: string) => `created_at <= now() - ${param}::int8 * interval '1 millisecond' AS retention_expired`;
 
 /**
- * The claim (seed statement 1) and, on conflict, the existing row (statement 2), in ONE round
+ * The claim (protocol.md Q1) and, on conflict, the existing row (protocol.md Q2), in ONE round
  * trip: the common new request and the common retry each cost one statement. One builder for
  * both modes; they differ only in what makes the insert exclusive.
  *
@@ -64,7 +64,7 @@ export function claimStatements({ t, nextToken }: TableNames) {
       FROM ${t} WHERE scope = $1 AND key = $2`,
 
     /**
-     * The conflict path's read after a lost race (seed statement 2). FOR UPDATE waits for a
+     * The conflict path's read after a lost race (protocol.md Q2). FOR UPDATE waits for a
      * transaction that is writing the row right now, so the state read is the newest one; the
      * lock is released at once (autocommit): the takeover is a compare-and-set on the token.
      * $1 scope, $2 key, $3 retention ms.
@@ -77,7 +77,7 @@ export function claimStatements({ t, nextToken }: TableNames) {
       FROM ${t} WHERE scope = $1 AND key = $2`,
 
     /**
-     * A row past retention counts as absent (conformance 18): replace it with a fresh claim,
+     * A row past retention counts as absent (protocol.md H18): replace it with a fresh claim,
      * fenced on the token read, so two claimers cannot both replace it. The token keeps
      * increasing, so a worker still holding the old row's token cannot write into the new one.
      * A row whose lease is still valid is not replaced (its worker is alive; the engine keeps

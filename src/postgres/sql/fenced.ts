@@ -7,7 +7,7 @@ import type { TableNames } from './table.js';
 export function fencedStatements({ t, nextToken }: TableNames) {
   return {
     /**
-     * Take over an expired lease (seed statement 3), only if nobody else did in between: the
+     * Take over an expired lease (protocol.md Q3), only if nobody else did in between: the
      * token must still be the one read, the key still started, the lease still expired.
      * $1 scope, $2 key, $3 token read, $4 lease ms.
      */
@@ -17,7 +17,7 @@ export function fencedStatements({ t, nextToken }: TableNames) {
       RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id, recovery_point, phase_results`,
 
     /**
-     * An atomic phase's recovery point and result (seed statement 4), in the same transaction
+     * An atomic phase's recovery point and result (protocol.md Q4), in the same transaction
      * as the phase's local effects; the lease is renewed with every phase.
      * $1 scope, $2 key, $3 token, $4 phase name, $5 result as JSON text, $6 lease ms.
      */
@@ -28,7 +28,7 @@ export function fencedStatements({ t, nextToken }: TableNames) {
       RETURNING 1 AS ok`,
 
     /**
-     * Finish (seed statement 5): state done, response stored, lease cleared, in the same
+     * Finish (protocol.md Q5): state done, response stored, lease cleared, in the same
      * transaction as the last effect. $1 scope, $2 key, $3 token, $4 status, $5 headers JSON,
      * $6 body bytes (NULL when out of line), $7 blob id (NULL when inline), $8 key id (NULL:
      * plaintext).
@@ -39,13 +39,13 @@ export function fencedStatements({ t, nextToken }: TableNames) {
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
       RETURNING 1 AS ok`,
 
-    /** Heartbeat: extend the lease (conformance 16). $1 scope, $2 key, $3 token, $4 lease ms. */
+    /** Heartbeat: extend the lease (protocol.md H16). $1 scope, $2 key, $3 token, $4 lease ms. */
     extendLease: `UPDATE ${t} SET locked_until = now() + $4::int8 * interval '1 millisecond'
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
       RETURNING 1 AS ok`,
 
     /**
-     * Release after a thrown error (conformance 10): the lease ends now, the recovery point
+     * Release after a thrown error (protocol.md H10): the lease ends now, the recovery point
      * stays, so the next retry takes over at once and resumes. $1 scope, $2 key, $3 token.
      */
     release: `UPDATE ${t} SET locked_until = NULL
@@ -63,7 +63,7 @@ export function fencedStatements({ t, nextToken }: TableNames) {
 
     /**
      * The request was rejected before any phase committed: delete the claim so the client can
-     * fix the request and retry with the same key (seed, "What gets stored"). A key with a
+     * fix the request and retry with the same key (protocol.md K10). A key with a
      * committed phase is never deleted (its effects exist); the caller releases it instead.
      * $1 scope, $2 key, $3 token.
      */

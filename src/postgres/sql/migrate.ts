@@ -6,7 +6,7 @@ import { columns, literal, type TableNames } from './table.js';
  * $1 the table name) so two hosts starting at once do not race on CREATE. Safe to run any
  * number of times.
  *
- * Columns follow the seed, with these choices:
+ * Columns follow protocol.md Q1-Q6, with these choices:
  * - `scope text` instead of `tenant_id bigint`: tenants are often UUIDs or API credential
  *   hashes; a scope is whatever the resolver returns (1-255 characters).
  * - `phase_results jsonb`: the recorded result of each completed atomic phase, so a

@@ -19,7 +19,7 @@ export function sweepStatements({ t }: TableNames) {
       FROM ${t} WHERE created_at <= 'epoch'::timestamptz + $1::int8 * interval '1 microsecond'`,
 
     /**
-     * One retention batch (seed step 6), by key range: the next `$5` rows past the cutoff in
+     * One retention batch (protocol.md K6), by key range: the next `$5` rows past the cutoff in
      * (created_at, scope, key) order after the cursor, so each batch resumes where the last one
      * ended and no row is scanned twice (no `ctid`: key ranges also work on PostgreSQL-compatible
      * distributed databases). The created_at index gives the order, an incremental sort breaks

@@ -45,7 +45,9 @@ export function tableNames(table: string): TableNames {
   // deleted (discarded, swept) and claimed again must not hand out a token that a stale
   // worker of the old row still holds.
   if (table.split('.').pop()!.length > 46) {
-    throw new Error(`Table name ${JSON.stringify(table)} is too long: at most 46 characters, so that its token sequence "<table>_lock_version_seq" fits PostgreSQL's 63`);
+    throw new Error(
+      `Table name ${JSON.stringify(table)} is too long: at most 46 characters, so that its token sequence "<table>_lock_version_seq" fits PostgreSQL's 63`,
+    );
   }
   const seq = quoteTable(`${table}_lock_version_seq`);
   return {

@@ -15,11 +15,14 @@ export function inFlightSuite(c: SuiteContext): void {
       const leaseMs = 4000;
       const entered = deferred();
       const gate = deferred();
-      const { send, counter, count } = await setup(async (req, ctx) => {
-        entered.resolve();
-        await gate.promise;
-        return created(req, ctx);
-      }, { leaseMs });
+      const { send, counter, count } = await setup(
+        async (req, ctx) => {
+          entered.resolve();
+          await gate.promise;
+          return created(req, ctx);
+        },
+        { leaseMs },
+      );
       const first = send('/v1/charges', { key: 'busy-1', json: { amount: 1 } });
       await entered.promise;
       await assertProblem(await send('/v1/charges', { key: 'busy-1', json: { amount: 2 } }), 422, 'idempotency-key-reused');
@@ -52,10 +55,18 @@ export function inFlightSuite(c: SuiteContext): void {
       const url = (await app.serve()) + '/v1/charges';
       const responses = await Promise.all(Array.from({ length: 50 }, () => fetch(url, requestInit({ key: 'parallel-1', json: { amount: 42 } }))));
       const results = await Promise.all(
-        responses.map(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), type: r.headers.get('content-type'), text: await r.text() })),
+        responses.map(async (r) => ({
+          status: r.status,
+          replayed: r.headers.get('idempotent-replayed'),
+          type: r.headers.get('content-type'),
+          text: await r.text(),
+        })),
       );
       const statuses = new Set(results.map((r) => r.status));
-      assert.ok([...statuses].every((s) => s === 201 || s === 409), `statuses: ${[...statuses].join(', ')}`);
+      assert.ok(
+        [...statuses].every((s) => s === 201 || s === 409),
+        `statuses: ${[...statuses].join(', ')}`,
+      );
       const ok = results.filter((r) => r.status === 201);
       assert.equal(ok.filter((r) => r.replayed !== 'true').length, 1, 'exactly one original 201');
       assert.equal(new Set(ok.map((r) => r.text)).size, 1, 'every 201 carries the same body');

@@ -14,15 +14,18 @@ export function problemSuite(c: SuiteContext): void {
     it('every idem problem is application/problem+json with status = HTTP status and a distinct type per condition', GATED, async () => {
       const entered = deferred();
       const gate = deferred();
-      const { send } = await setup(async (req, ctx) => {
-        if (ctx?.key === 'p2') {
-          entered.resolve();
-          await gate.promise;
-          return { status: 204 };
-        }
-        if (ctx?.key === 'p3') throw new Error('x');
-        return created(req, ctx);
-      }, { required: true, leaseMs: 5000 });
+      const { send } = await setup(
+        async (req, ctx) => {
+          if (ctx?.key === 'p2') {
+            entered.resolve();
+            await gate.promise;
+            return { status: 204 };
+          }
+          if (ctx?.key === 'p3') throw new Error('x');
+          return created(req, ctx);
+        },
+        { required: true, leaseMs: 5000 },
+      );
       const types = new Map<string, number>();
       const record = async (res: Response, status: number, kind: string) => {
         const p = await assertProblem(res, status, kind);

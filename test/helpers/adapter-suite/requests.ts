@@ -14,10 +14,13 @@ export function requestSuite(c: SuiteContext): void {
   describe('which requests are protected', () => {
     it('GET, PUT and DELETE with a key pass through unprotected: the handler runs every time, no row is written', async () => {
       const seen: Ctx[] = [];
-      const { send, counter, count } = await setup((_req, ctx) => {
-        seen.push(ctx);
-        return { status: 200, body: 'ok' };
-      }, { required: true });
+      const { send, counter, count } = await setup(
+        (_req, ctx) => {
+          seen.push(ctx);
+          return { status: 200, body: 'ok' };
+        },
+        { required: true },
+      );
       for (const method of ['GET', 'PUT', 'DELETE', 'GET', 'PUT', 'DELETE']) {
         const res = await send('/v1/things/1', { method, key: 'same-key', body: method === 'PUT' ? 'x' : undefined });
         assert.equal(res.status, 200, method);
@@ -93,7 +96,10 @@ export function requestSuite(c: SuiteContext): void {
       assert.equal(second.headers.get('idempotent-replayed'), 'true');
       assert.equal(hex(await bytes(second)), hex(firstBytes));
       assert.equal(counter.H, 1);
-      assert.deepEqual((await rows()).map((r) => r.key), ['k1']);
+      assert.deepEqual(
+        (await rows()).map((r) => r.key),
+        ['k1'],
+      );
     });
   });
 

@@ -76,10 +76,10 @@ export function scopeSuite(c: SuiteContext): void {
       assert.equal(rotated.headers.get('idempotent-replayed'), 'true');
       await rotated.arrayBuffer();
       assert.equal(counter.H, 2);
-      assert.deepEqual((await rows()).map((r) => r.scope).sort(), [
-        'auth:' + createHash('sha256').update(authorization).digest('base64url'),
-        'cookie:' + createHash('sha256').update(cookie).digest('base64url'),
-      ].sort());
+      assert.deepEqual(
+        (await rows()).map((r) => r.scope).sort(),
+        ['auth:' + createHash('sha256').update(authorization).digest('base64url'), 'cookie:' + createHash('sha256').update(cookie).digest('base64url')].sort(),
+      );
       assert.ok(!(await dump()).includes('cookie_very_secret_value_456'), 'the cookie appears nowhere in the table');
     });
 
@@ -92,7 +92,10 @@ export function scopeSuite(c: SuiteContext): void {
       assert.equal(other.headers.get('idempotent-replayed'), null, 'another tenant, same credential: its own scope');
       await Promise.all([rotated.arrayBuffer(), other.arrayBuffer()]);
       assert.equal(counter.H, 2);
-      assert.deepEqual((await rows()).map((r) => r.scope), ['tenant:t1', 'tenant:t2']);
+      assert.deepEqual(
+        (await rows()).map((r) => r.scope),
+        ['tenant:t1', 'tenant:t2'],
+      );
     });
   });
 }

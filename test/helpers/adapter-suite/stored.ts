@@ -131,10 +131,13 @@ export function storedSuite(c: SuiteContext): void {
     });
 
     it("onThrow: 'store' stores the 500 problem and replays it", async () => {
-      const { send, counter, rows } = await setup(async (_req, ctx) => {
-        await ctx!.phase('a', async () => 1);
-        throw new Error('boom');
-      }, { onThrow: 'store' });
+      const { send, counter, rows } = await setup(
+        async (_req, ctx) => {
+          await ctx!.phase('a', async () => 1);
+          throw new Error('boom');
+        },
+        { onThrow: 'store' },
+      );
       const first = await send('/v1/transfers', { key: 'store-500', json: {} });
       const firstText = await first.clone().text();
       await assertProblem(first, 500, 'request-failed-retry');

@@ -55,11 +55,14 @@ export function paymentsSuite(title: string, scenarios: (env: PaymentsEnv) => vo
         };
         const shared = () => (sharedServer ??= start(sharedDb, { PSP_LATENCY_MS: '300' }));
 
-        before(async () => {
-          await backend.setup();
-          sharedDb = backend.database();
-          if (warmShared) void shared().catch(() => undefined); // warm up while other servers start
-        }, { timeout: 90_000 });
+        before(
+          async () => {
+            await backend.setup();
+            sharedDb = backend.database();
+            if (warmShared) void shared().catch(() => undefined); // warm up while other servers start
+          },
+          { timeout: 90_000 },
+        );
 
         after(async () => {
           // A shared server still starting joins `servers` once up: wait for it, so it is killed too.

@@ -6,7 +6,20 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ClaimResult } from '../../../src/store/types.js';
 import { InvalidOptionError } from '../../../src/core/errors.js';
-import { SCOPE, LONG_LEASE_MS, RETENTION_MS, fp, claimInput, claimedToken, existing, phase, finishWith, empty, expectEffects, type ContractContext } from './shared.js';
+import {
+  SCOPE,
+  LONG_LEASE_MS,
+  RETENTION_MS,
+  fp,
+  claimInput,
+  claimedToken,
+  existing,
+  phase,
+  finishWith,
+  empty,
+  expectEffects,
+  type ContractContext,
+} from './shared.js';
 
 /** Registers this part of the store contract. */
 export function fencingSuite(c: ContractContext): void {
@@ -33,7 +46,8 @@ export function fencingSuite(c: ContractContext): void {
       assert.deepEqual(await store().release(old), { kind: 'fenced' });
       assert.deepEqual(await store().discard(old), { kind: 'fenced' });
       assert.deepEqual(await store().takeOver(old, LONG_LEASE_MS), { kind: 'lost' });
-      if (store().saveRequest) assert.deepEqual(await store().saveRequest!(old, { method: 'POST', url: '/', contentType: null, body: null }), { kind: 'fenced' });
+      if (store().saveRequest)
+        assert.deepEqual(await store().saveRequest!(old, { method: 'POST', url: '/', contentType: null, body: null }), { kind: 'fenced' });
 
       assert.deepEqual(await snapshot('k'), before);
       await expectEffects(ctx, ['by-new'], ['by-new', 'by-old', 'by-old']);
@@ -74,7 +88,11 @@ export function fencingSuite(c: ContractContext): void {
         assert.deepEqual(await store().discard(stale), { kind: 'fenced' });
       }
       assert.deepEqual(await snapshot('k'), before);
-      await expectEffects(ctx, [], tokens.slice(0, -1).map((token) => `stale-${token}`));
+      await expectEffects(
+        ctx,
+        [],
+        tokens.slice(0, -1).map((token) => `stale-${token}`),
+      );
     });
 
     it('fences a stale worker out of a claim made after a discard', async () => {
@@ -142,7 +160,11 @@ export function fencingSuite(c: ContractContext): void {
       for (let round = 0; round < 3; round++) {
         const key = `race-${round}`;
         const settled = await Promise.allSettled(Array.from({ length: 50 }, () => store().claim(claimInput(key))));
-        assert.deepEqual(settled.filter((s) => s.status === 'rejected'), [], 'no claim may throw');
+        assert.deepEqual(
+          settled.filter((s) => s.status === 'rejected'),
+          [],
+          'no claim may throw',
+        );
         const results = settled.map((s) => (s as PromiseFulfilledResult<ClaimResult>).value);
         const claimed = results.filter((r) => r.kind === 'claimed');
         assert.equal(claimed.length, 1, `round ${round}: exactly one claim`);
@@ -162,7 +184,10 @@ export function fencingSuite(c: ContractContext): void {
     it('commits 30 phases at once, each with its effects in its own transaction', async () => {
       const refs = await Promise.all(Array.from({ length: 30 }, async (_, i) => ref(`k${i}`, claimedToken(await store().claim(claimInput(`k${i}`))))));
       const results = await Promise.all(refs.map((r) => store().commit(r, phase('p'), h().effect(r.key))));
-      assert.ok(results.every((r) => r.kind === 'ok'), 'every phase committed');
+      assert.ok(
+        results.every((r) => r.kind === 'ok'),
+        'every phase committed',
+      );
       assert.equal((await h().effects()).length, 30);
     });
   });

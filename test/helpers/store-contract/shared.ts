@@ -38,10 +38,11 @@ export const existing = (result: ClaimResult) => {
   return (result as Extract<ClaimResult, { kind: 'exists' }>).record;
 };
 
-export const phase = (name: string, leaseMs = LONG_LEASE_MS) => (value: unknown): CommitRecord => ({ kind: 'phase', phase: name, result: value, leaseMs });
+export const phase =
+  (name: string, leaseMs = LONG_LEASE_MS) =>
+  (value: unknown): CommitRecord => ({ kind: 'phase', phase: name, result: value, leaseMs });
 export const finishWith = (response: StoredResponse) => (): CommitRecord => ({ kind: 'finish', response });
 export const empty = (status = 200): StoredResponse => ({ status, headers: [], body: new Uint8Array() });
-
 
 /** What every part of the contract works with; `h()` and `store()` are the running test's. */
 export interface ContractContext {

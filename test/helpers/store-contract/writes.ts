@@ -5,7 +5,19 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { KeyRef, StoredResponse } from '../../../src/store/types.js';
-import { LONG_LEASE_MS, RETENTION_MS, fp, claimInput, claimedToken, existing, phase, finishWith, empty, expectEffects, type ContractContext } from './shared.js';
+import {
+  LONG_LEASE_MS,
+  RETENTION_MS,
+  fp,
+  claimInput,
+  claimedToken,
+  existing,
+  phase,
+  finishWith,
+  empty,
+  expectEffects,
+  type ContractContext,
+} from './shared.js';
 
 /** Registers this part of the store contract. */
 export function writeSuite(c: ContractContext): void {
@@ -29,7 +41,11 @@ export function writeSuite(c: ContractContext): void {
       const token = claimedToken(await store().claim(claimInput('k')));
       await store().release(ref('k', token));
       const found = await list(60_000);
-      assert.deepEqual(found.map((a) => a.record.key), ['k'], 'a released lease counts at once, whatever the grace');
+      assert.deepEqual(
+        found.map((a) => a.record.key),
+        ['k'],
+        'a released lease counts at once, whatever the grace',
+      );
       assert.equal(found[0]!.request, undefined);
     });
 
@@ -41,7 +57,10 @@ export function writeSuite(c: ContractContext): void {
       claimedToken(await store().claim(claimInput('old', { leaseMs: 0 })));
       await age('old');
       assert.deepEqual(await list(60_000), [], 'grace 60 s: the just-expired lease is not abandoned yet');
-      assert.deepEqual((await list(0)).map((a) => a.record.key), ['grace']);
+      assert.deepEqual(
+        (await list(0)).map((a) => a.record.key),
+        ['grace'],
+      );
     });
 
     it('drops the request snapshot when a row past retention is replaced (docs/model MUT_REPLACE_KEEPS_REQUEST)', async () => {
@@ -66,7 +85,11 @@ export function writeSuite(c: ContractContext): void {
       assert.equal((await list()).length, 1, 'the key is still there');
       const other = claimedToken(await store().claim(claimInput('empty', { leaseMs: 0 })));
       assert.deepEqual(await store().discardAbandoned!(ref('empty', other)), { kind: 'ok', value: undefined });
-      assert.deepEqual((await list()).map((a) => a.record.key), ['k'], 'the untouched key was deleted');
+      assert.deepEqual(
+        (await list()).map((a) => a.record.key),
+        ['k'],
+        'the untouched key was deleted',
+      );
     });
 
     it('fences saveRequest: a stale token stores nothing', async () => {
@@ -140,9 +163,13 @@ export function writeSuite(c: ContractContext): void {
       const token = claimedToken(await store().claim(claimInput('k')));
       const bad = new TypeError('bad record');
       await assert.rejects(
-        store().commit(ref('k', token), () => {
-          throw bad;
-        }, h().effect('lost')),
+        store().commit(
+          ref('k', token),
+          () => {
+            throw bad;
+          },
+          h().effect('lost'),
+        ),
         (error) => error === bad,
       );
       await expectEffects(c, [], ['lost']);

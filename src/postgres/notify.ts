@@ -1,0 +1,276 @@
+/**
+ * Wait mode on PostgreSQL (protocol.md K17): `LISTEN/NOTIFY` wakes the duplicates waiting for a
+ * key. The finish, release, discard and takeover statements send `pg_notify` themselves, in
+ * the transaction that changes the row, so the notification is delivered exactly when the
+ * change commits (and never for a rolled-back one). One listening connection per process and
+ * pool (PGlite: its own `listen`), shared by every waiter of every store on that client; no
+ * waiter polls.
+ */
+import { createHash } from 'node:crypto';
+import type { KeyChanges } from '../store/types.js';
+import type { PoolClientLike, PoolLike, SqlClient } from './client.js';
+import type { Statements } from './sql.js';
+import { literal } from './sql/table.js';
+
+/** Called with a notification's payload, or `null` when the listening connection was lost. */
+type OnPayload = (payload: string | null) => void;
+type Unlisten = () => Promise<void>;
+
+/** Where notifications come from: a shared pg connection, or PGlite's `listen`. */
+interface NotificationSource {
+  listen(channel: string, onPayload: OnPayload): Promise<Unlisten>;
+}
+
+/** The slice of PGlite used here. */
+interface PGliteListen {
+  listen(channel: string, callback: (payload: string) => void): Promise<() => Promise<void>>;
+}
+
+/** The slice of a pg `PoolClient` used for LISTEN. */
+interface ListeningClient extends PoolClientLike {
+  on(event: 'notification', fn: (message: { channel: string; payload?: string }) => void): unknown;
+  on(event: 'error', fn: (error: Error) => void): unknown;
+  removeAllListeners?(event: string): unknown;
+}
+
+/**
+ * The notification channel of `table`: `idem_<table>` in lower case with the schema's dot as
+ * `_` (a plain identifier: PGlite's `listen` does not quote it), or a hash of the table when
+ * that is too long. Two tables whose names differ only in case share a channel; their waiters
+ * then only wake for nothing and read again.
+ */
+export function channelName(table: string): string {
+  const name = `idem_${table.toLowerCase().replace('.', '_')}`;
+  return name.length <= 63 ? name : `idem_${createHash('sha256').update(table).digest('hex').slice(0, 40)}`;
+}
+
+/** The payload naming (scope, key): the scope's length in code points, `:`, the scope, the key (unambiguous). */
+export function payloadOf(scope: string, key: string): string {
+  return `${[...scope].length}:${scope}${key}`;
+}
+
+/**
+ * The four statements that change what a waiter decides (takeover, finish, release, discard),
+ * each wrapped so that the row it changed also sends `pg_notify(channel, payload)` in the same
+ * statement, hence the same transaction. Every one of them takes $1 scope and $2 key. A fenced
+ * write that matched no row sends nothing.
+ */
+export function notifyingStatements(sql: Statements, channel: string): Statements {
+  const wrap = (statement: string) =>
+    `WITH w AS (${statement})
+      SELECT w.*, pg_notify(${literal(channel)}, char_length($1::text)::text || ':' || $1::text || $2::text) IS NULL AS notified FROM w`;
+  return { ...sql, takeOver: wrap(sql.takeOver), finish: wrap(sql.finish), release: wrap(sql.release), discard: wrap(sql.discard) };
+}
+
+/** One LISTEN connection per pool, checked out while some channel has a listener and returned after. */
+class PoolListener implements NotificationSource {
+  private conn: ListeningClient | undefined;
+  private readonly channels = new Map<string, Set<OnPayload>>();
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly pool: PoolLike) {}
+
+  listen(channel: string, onPayload: OnPayload): Promise<Unlisten> {
+    return this.serially(async () => {
+      const conn = await this.connection();
+      let listeners = this.channels.get(channel);
+      if (!listeners) {
+        listeners = new Set();
+        this.channels.set(channel, listeners);
+        try {
+          await conn.query(`LISTEN ${quoteIdent(channel)}`);
+        } catch (error) {
+          this.channels.delete(channel);
+          this.dropIfIdle();
+          throw error;
+        }
+      }
+      listeners.add(onPayload);
+      return () => this.serially(() => this.unlisten(conn, channel, onPayload));
+    });
+  }
+
+  private async unlisten(conn: ListeningClient, channel: string, onPayload: OnPayload): Promise<void> {
+    const listeners = this.channels.get(channel);
+    if (conn !== this.conn || !listeners?.delete(onPayload) || listeners.size > 0) return;
+    this.channels.delete(channel);
+    try {
+      await conn.query(`UNLISTEN ${quoteIdent(channel)}`);
+    } catch {
+      // The connection broke; `lost` already handled it.
+    }
+    this.dropIfIdle();
+  }
+
+  private async connection(): Promise<ListeningClient> {
+    if (this.conn) return this.conn;
+    const conn = (await this.pool.connect()) as ListeningClient;
+    conn.on('notification', (message) => {
+      if (conn !== this.conn) return;
+      for (const fn of this.channels.get(message.channel) ?? []) fn(message.payload ?? '');
+    });
+    conn.on('error', () => this.lost(conn));
+    this.conn = conn;
+    return conn;
+  }
+
+  /** The connection broke: every listener hears `null` (its waiters read again) and must listen anew. */
+  private lost(conn: ListeningClient): void {
+    if (conn !== this.conn) return;
+    this.conn = undefined;
+    const all = [...this.channels.values()].flatMap((set) => [...set]);
+    this.channels.clear();
+    conn.release(new Error('idem: LISTEN connection lost'));
+    for (const fn of all) fn(null);
+  }
+
+  private dropIfIdle(): void {
+    if (this.channels.size > 0 || !this.conn) return;
+    const conn = this.conn;
+    this.conn = undefined;
+    conn.removeAllListeners?.('notification');
+    conn.release();
+  }
+
+  private serially<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+}
+
+const poolListeners = new WeakMap<object, PoolListener>();
+
+/** The notification source of `client`: PGlite's own `listen`, or the pool's one shared listener. */
+function sourceOf(client: SqlClient): NotificationSource {
+  if (typeof (client as unknown as PGliteListen).listen === 'function' && typeof (client as { transaction?: unknown }).transaction === 'function') {
+    const db = client as unknown as PGliteListen;
+    return { listen: (channel, onPayload) => db.listen(channel, onPayload) };
+  }
+  let listener = poolListeners.get(client);
+  if (!listener) {
+    listener = new PoolListener(client as PoolLike);
+    poolListeners.set(client, listener);
+  }
+  return listener;
+}
+
+/**
+ * The key subscriptions of one store: one registration on the table's channel while any
+ * subscription is open, and the subscriptions by (scope, key).
+ */
+export class KeyChangeHub {
+  private readonly source: NotificationSource;
+  private readonly subs = new Map<string, Set<Subscription>>();
+  private registration: Promise<Unlisten> | undefined;
+  private open = 0;
+  /** Notifications received so far (see `KeyChanges.seen`). */
+  seen = 0;
+
+  constructor(
+    client: SqlClient,
+    private readonly channel: string,
+  ) {
+    this.source = sourceOf(client);
+  }
+
+  /** See `IdempotencyStore.subscribe`. */
+  async subscribe(scope: string, key: string): Promise<KeyChanges> {
+    this.open++;
+    if (!this.registration) {
+      const registration = this.source.listen(this.channel, (payload) => this.dispatch(payload));
+      this.registration = registration;
+      registration.catch(() => {
+        if (this.registration === registration) this.registration = undefined;
+      });
+    }
+    try {
+      await this.registration;
+    } catch (error) {
+      this.open--;
+      throw error;
+    }
+    const id = payloadOf(scope, key);
+    const sub = new Subscription(this, () => this.close(id, sub));
+    let set = this.subs.get(id);
+    if (!set) {
+      set = new Set();
+      this.subs.set(id, set);
+    }
+    set.add(sub);
+    return sub;
+  }
+
+  private dispatch(payload: string | null): void {
+    this.seen++;
+    if (payload === null) {
+      // The listening connection was lost: wake everyone to read again; the next subscribe listens anew.
+      this.registration = undefined;
+      for (const set of this.subs.values()) for (const sub of set) sub.wake();
+      return;
+    }
+    for (const sub of this.subs.get(payload) ?? []) sub.wake();
+  }
+
+  private close(id: string, sub: Subscription): void {
+    const set = this.subs.get(id);
+    if (set?.delete(sub) && set.size === 0) this.subs.delete(id);
+    if (--this.open > 0) return;
+    const registration = this.registration;
+    this.registration = undefined;
+    registration?.then((unlisten) => unlisten()).catch(() => undefined);
+  }
+}
+
+/** One waiter's subscription: a latch that a notification sets and `next` consumes. */
+class Subscription implements KeyChanges {
+  private changed = false;
+  private closed = false;
+  private waiter: (() => void) | undefined;
+
+  constructor(
+    private readonly hub: KeyChangeHub,
+    private readonly onClose: () => void,
+  ) {}
+
+  get seen(): number {
+    return this.hub.seen;
+  }
+
+  wake(): void {
+    this.changed = true;
+    this.waiter?.();
+  }
+
+  next(timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+    if (this.changed || this.closed || signal?.aborted || !(timeoutMs > 0)) {
+      const changed = this.changed;
+      this.changed = false;
+      return Promise.resolve(changed);
+    }
+    return new Promise<boolean>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        this.waiter = undefined;
+        const changed = this.changed;
+        this.changed = false;
+        resolve(changed);
+      };
+      const timer = setTimeout(done, timeoutMs);
+      signal?.addEventListener('abort', done, { once: true });
+      this.waiter = done;
+    });
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.waiter?.();
+    this.onClose();
+  }
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
