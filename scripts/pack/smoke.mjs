@@ -84,7 +84,14 @@ try {
     return Response.json({ key: idem?.key, body: await request.json() }, { status: 201 });
   });
   const send = () =>
-    POST(new Request('http://local/api/charges', { method: 'POST', headers: { 'idempotency-key': 'pack-2', 'content-type': 'application/json' }, body: '{"amount":2}' }), {});
+    POST(
+      new Request('http://local/api/charges', {
+        method: 'POST',
+        headers: { 'idempotency-key': 'pack-2', 'content-type': 'application/json' },
+        body: '{"amount":2}',
+      }),
+      {},
+    );
   const first = await send();
   const second = await send();
   assert.equal(first.status, 201);

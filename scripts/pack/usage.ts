@@ -130,7 +130,10 @@ export const POST = withNextIdempotency<Queryable, Request, { params: Promise<{ 
 // AWS Lambda: the wrapped handler, and the Middy middleware.
 export const handler = withLambdaIdempotency<Queryable, ApiGatewayProxyEventV2, LambdaContextLike, { statusCode: number; body: string }>(
   { store, required: true },
-  async (event, context, idem) => ({ statusCode: 201, body: JSON.stringify({ key: idem?.key, path: event.rawPath, leftMs: context.getRemainingTimeInMillis() }) }),
+  async (event, context, idem) => ({
+    statusCode: 201,
+    body: JSON.stringify({ key: idem?.key, path: event.rawPath, leftMs: context.getRemainingTimeInMillis() }),
+  }),
 );
 // The Middy middleware's hooks (used with @middy/core in usage-frameworks.ts).
 const middyMiddleware: MiddyIdempotency = middyIdempotency<Queryable>({ store, required: true });
