@@ -19,6 +19,7 @@ import {
 } from 'idem';
 import { IdempotentClient, MemoryIntentStore } from 'idem/client';
 import { FileIntentStore } from 'idem/client/node';
+import { IdempotentConsumer, type Disposition, type MessageContext } from 'idem/consumer';
 import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
 import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
@@ -59,6 +60,13 @@ expressApp.post('/x', idem, (_req, res) => res.json({ key: idem.context(res)?.ke
 const client = new IdempotentClient({ store: new MemoryIntentStore() });
 const fileClient = new IdempotentClient({ store: new FileIntentStore({ dir: '/tmp/idem-intents' }) });
 console.log(client, fileClient);
+
+// Queue consumers.
+const consumer = new IdempotentConsumer<Queryable>({ store, scope: 'orders', maxAttempts: 5 });
+const disposition: Disposition = await consumer.consume({ id: 'm1', body: new Uint8Array(), attempt: 1 }, async (ctx: MessageContext<Queryable>) => {
+  await ctx.phase('invoice', async (tx) => (await tx.query('SELECT 1')).rows.length);
+});
+console.log(disposition.action);
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
