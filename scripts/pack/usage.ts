@@ -17,6 +17,7 @@ import {
   fingerprint,
   problemResponse,
 } from 'idem';
+import { type AmqpConfirmChannelLike, amqpPublisher, consumeAmqp } from 'idem/amqp';
 import { IdempotentClient, MemoryIntentStore } from 'idem/client';
 import { FileIntentStore } from 'idem/client/node';
 import { IdempotentConsumer, type Disposition, type MessageContext } from 'idem/consumer';
@@ -24,6 +25,7 @@ import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
 import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
 import { captureResponse, credentialScope, replayResponse } from 'idem/http';
+import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
@@ -67,6 +69,15 @@ const disposition: Disposition = await consumer.consume({ id: 'm1', body: new Ui
   await ctx.phase('invoice', async (tx) => (await tx.query('SELECT 1')).rows.length);
 });
 console.log(disposition.action);
+// Broker adapters over the brokers' own clients (amqplib's ConfirmChannel, a JetStream consumer).
+declare const amqpChannel: AmqpConfirmChannelLike;
+declare const jsMessages: AsyncIterable<JsMsgLike>;
+declare const js: JetStreamPublisherLike;
+const running = await consumeAmqp({ channel: amqpChannel, queue: 'orders', consumer, handler: async () => {} });
+await running.stop();
+await consumeJetStream({ messages: jsMessages, consumer, handler: async () => {}, ackWaitMs: 30_000 });
+await amqpPublisher(amqpChannel)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
+await jetStreamPublisher(js)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

@@ -5,4 +5,4 @@
  */
 export { IdempotentConsumer, type ConsumerOptions, type MessageHandler } from './consumer.js';
 export { MessageContext } from './context.js';
-export type { AckReason, ConsumedMessage, DeadLetterReason, Disposition, RetryReason } from './types.js';
+export type { AckReason, ConsumedMessage, DeadLetterReason, Disposition, OutgoingMessage, Publisher, RetryReason } from './types.js';
