@@ -26,7 +26,7 @@ import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
 import { captureResponse, credentialScope, replayResponse } from 'idem/http';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
-import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
+import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
 declare const sqlClient: SqlClient;
@@ -78,6 +78,12 @@ await running.stop();
 await consumeJetStream({ messages: jsMessages, consumer, handler: async () => {}, ackWaitMs: 30_000 });
 await amqpPublisher(amqpChannel)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
 await jetStreamPublisher(js)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
+const outbox = new Outbox({ client: sqlClient });
+await consumer.consume({ id: 'm2', body: new Uint8Array() }, (ctx) =>
+  ctx.complete((tx) => outbox.enqueueJson(tx, { id: 'invoice-created:m2', destination: 'invoices', body: { ok: true } })),
+);
+const relayed: number = await new OutboxRelay({ outbox, publish: amqpPublisher(amqpChannel) }).relayOnce();
+console.log(relayed);
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
