@@ -29,12 +29,14 @@ describe('consumer chaos run on RabbitMQ', { skip }, () => {
   const queues: string[] = [];
   const cleanups: Array<() => Promise<void>> = [];
   const children = new Set<ChildProcess>();
+  const relayAbort = new AbortController();
   before(async () => {
     pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 8 });
     connection = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
     channel = await connection.createConfirmChannel();
   });
   after(async () => {
+    relayAbort.abort();
     for (const child of children) child.kill('SIGKILL');
     for (const q of queues) await channel.deleteQueue(q).catch(() => undefined);
     for (const fn of cleanups) await fn().catch(() => undefined);
@@ -92,7 +94,6 @@ describe('consumer chaos run on RabbitMQ', { skip }, () => {
     const s = await setup();
     const workers: ChildProcess[] = [];
     for (let i = 0; i < WORKERS; i++) workers.push(await start('idem', s.queue, s.table, s.events));
-    const relayAbort = new AbortController();
     const relay = new OutboxRelay({ outbox: s.outbox, publish: amqpPublisher(channel), batchSize: 50 }).run({ signal: relayAbort.signal, idleMs: 100 });
     await s.publishAll();
     let kills = 0;
