@@ -21,6 +21,10 @@ if (!databaseUrl) {
 }
 // Ctrl-C / a timeout: exit through process.exit so the harness kills its workers.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));
+// `npm run chaos -- --consumer rabbitmq`: the queue consumer's run instead (bench/chaos/consumer.ts),
+// which exits the process when done.
+if (process.argv.some((a) => a === '--consumer' || a.startsWith('--consumer='))) await import('./consumer.js');
+
 const { values } = parseArgs({
   options: {
     intents: { type: 'string' },

@@ -1,11 +1,11 @@
 /**
- * One consumer process of the consumer chaos run (test/consumer-chaos.test.ts): consumes a
+ * One consumer process of the consumer chaos run (bench/chaos/consumer-harness.ts): consumes a
  * RabbitMQ queue with idem (or, with `naive`, without it) on PostgreSQL. Per message: an invoice
  * row, a PSP charge (keyed by the derived key; a fresh key for naive), and an `invoice-created`
  * event (through the outbox; naive publishes it directly). With `idem`, a small share of
  * deliveries kills its own process right after the commit, before the ack (a dropped ack).
  * Prints READY once subscribed.
- * Usage: tsx chaos-consumer.ts <idem|naive> <queue> <table> <events-queue> (DATABASE_URL set).
+ * Usage: tsx bench/chaos/consumer-worker.ts <idem|naive> <queue> <table> <events-queue> (DATABASE_URL set).
  */
 import { randomUUID } from 'node:crypto';
 import amqplib from 'amqplib';
