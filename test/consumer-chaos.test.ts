@@ -22,7 +22,7 @@ describe('consumer chaos run on RabbitMQ', { skip }, () => {
     assert.deepEqual(r.invoices, { duplicated: 0, missing: 0 }, 'invoices');
     assert.deepEqual(r.charges, { duplicated: 0, missing: 0 }, 'PSP charges');
     assert.deepEqual(r.outbox, { duplicated: 0, missing: 0 }, 'outbox events');
-    assert.ok(r.kills >= 5, `consumers killed: ${r.kills}`);
+    assert.ok(r.kills >= 2, `consumers killed: ${r.kills}`);
     assert.equal(r.freezes, 1);
     console.log(`# consumer chaos: ${MESSAGES} messages ×2, ${r.kills} kills + self-kills after commit, ${r.freezes} freeze, ${r.seconds.toFixed(0)} s; 0 duplicates, 0 lost`);
   });

@@ -114,7 +114,7 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
       const i = Math.floor(Math.random() * workers.length);
       const victim = workers[i]!;
       const alive = victim.exitCode === null && victim.signalCode === null;
-      if (freezes === 0 && kills === 3 && alive) {
+      if (freezes === 0 && kills === 1 && alive) {
         freezes++;
         victim.kill('SIGSTOP');
         setTimeout(() => victim.kill('SIGCONT'), 5000).unref();
