@@ -36,7 +36,7 @@ export type ConsumerOptions<Tx = unknown> = (
 const DEFAULT_MAX_ATTEMPTS = 5;
 
 /**
- * Exactly-once effects for an at-least-once consumer, with no broker in it: each message's id
+ * Exactly-once effects for an at-least-once consumer (`protocol.md K17`), with no broker in it: each message's id
  * is an idempotency key in `scope`, claimed with the payload's fingerprint (`protocol.md K3`);
  * the handler's effects commit in atomic phases (`K4`) and the key finishes in the same
  * transaction as the last of them (`K5`). {@link consume} says what to do with the message;
