@@ -72,6 +72,15 @@ try {
   assert.equal(second.headers.get(root.REPLAYED_HEADER), 'true');
   assert.deepEqual(await second.json(), { id: 'ch_1' });
   assert.equal(runs, 1, 'the handler ran once');
+
+  // One message delivered twice through idem/consumer: processed, then a duplicate.
+  const consumer = new modules['idem/consumer'].IdempotentConsumer({ store, scope: 'orders' });
+  let handled = 0;
+  const message = { id: 'msg-1', body: new TextEncoder().encode('{"order":1}'), contentType: 'application/json' };
+  const handler = async () => void handled++;
+  assert.deepEqual(await consumer.consume(message, handler), { action: 'ack', reason: 'processed' });
+  assert.deepEqual(await consumer.consume({ ...message, attempt: 2 }, handler), { action: 'ack', reason: 'duplicate' });
+  assert.equal(handled, 1, 'the message handler ran once');
 } finally {
   await db.close();
 }

@@ -21,8 +21,10 @@ import {
   fingerprint,
   problemResponse,
 } from 'idem';
+import { type AmqpConfirmChannelLike, amqpPublisher, consumeAmqp } from 'idem/amqp';
 import { IdempotentClient, MemoryIntentStore } from 'idem/client';
 import { FileIntentStore } from 'idem/client/node';
+import { IdempotentConsumer, type Disposition, type MessageContext } from 'idem/consumer';
 import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
 import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
@@ -40,8 +42,9 @@ import { MemoryStore, type MemoryTx } from 'idem/memory';
 import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { openTelemetry } from 'idem/otel';
-import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
+import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
+import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
 declare const sqlClient: SqlClient;
@@ -138,6 +141,28 @@ export const handler = withLambdaIdempotency<Queryable, ApiGatewayProxyEventV2, 
 // The Middy middleware's hooks (used with @middy/core in usage-frameworks.ts).
 const middyMiddleware: MiddyIdempotency = middyIdempotency<Queryable>({ store, required: true });
 console.log(fastify, koaCore, koaState, AppModule, asyncModule, middyMiddleware.before);
+
+// Queue consumers.
+const consumer = new IdempotentConsumer<Queryable>({ store, scope: 'orders', maxAttempts: 5 });
+const disposition: Disposition = await consumer.consume({ id: 'm1', body: new Uint8Array(), attempt: 1 }, async (ctx: MessageContext<Queryable>) => {
+  await ctx.phase('invoice', async (tx) => (await tx.query('SELECT 1')).rows.length);
+});
+console.log(disposition.action);
+// Broker adapters over the brokers' own clients (amqplib's ConfirmChannel, a JetStream consumer).
+declare const amqpChannel: AmqpConfirmChannelLike;
+declare const jsMessages: AsyncIterable<JsMsgLike>;
+declare const js: JetStreamPublisherLike;
+const running = await consumeAmqp({ channel: amqpChannel, queue: 'orders', consumer, handler: async () => {} });
+await running.stop();
+await consumeJetStream({ messages: jsMessages, consumer, handler: async () => {}, ackWaitMs: 30_000 });
+await amqpPublisher(amqpChannel)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
+await jetStreamPublisher(js)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
+const outbox = new Outbox({ client: sqlClient });
+await consumer.consume({ id: 'm2', body: new Uint8Array() }, (ctx) =>
+  ctx.complete((tx) => outbox.enqueueJson(tx, { id: 'invoice-created:m2', destination: 'invoices', body: { ok: true } })),
+);
+const relayed: number = await new OutboxRelay({ outbox, publish: amqpPublisher(amqpChannel) }).relayOnce();
+console.log(relayed);
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

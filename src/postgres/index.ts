@@ -9,3 +9,4 @@ export type { SqlClient, Queryable, PoolLike, PoolClientLike, TransactionalLike,
 export { aesGcmCipher, responseAad, type ResponseCipher, type EncryptionOptions } from '../core/cipher.js';
 export { toExecutor, type SqlExecutor } from './client.js';
 export { lockDataDir } from '../cli/database.js';
+export { Outbox, OutboxRelay, type OutboxMessage, type OutboxOptions, type OutboxRelayOptions } from './outbox.js';

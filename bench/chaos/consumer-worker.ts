@@ -1,0 +1,71 @@
+/**
+ * One consumer process of the consumer chaos run (bench/chaos/consumer-harness.ts): consumes a
+ * RabbitMQ queue with idem (or, with `naive`, without it) on PostgreSQL. Per message: an invoice
+ * row, a PSP charge (keyed by the derived key; a fresh key for naive), and an `invoice-created`
+ * event (through the outbox; naive publishes it directly). With `idem`, a small share of
+ * deliveries kills its own process right after the commit, before the ack (a dropped ack).
+ * Prints READY once subscribed.
+ * Usage: tsx bench/chaos/consumer-worker.ts <idem|naive> <queue> <table> <events-queue> (DATABASE_URL set).
+ */
+import { randomUUID } from 'node:crypto';
+import amqplib from 'amqplib';
+import pg from 'pg';
+import { IdempotentConsumer, type MessageContext } from '../../src/consumer/index.js';
+import { amqpPublisher, consumeAmqp } from '../../src/amqp/index.js';
+import { Outbox, PostgresStore } from '../../src/postgres/index.js';
+import type { Queryable } from '../../src/postgres/client.js';
+
+const [mode, queue, table, eventsQueue] = process.argv.slice(2) as [string, string, string, string];
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 6 });
+pool.on('error', () => undefined);
+// heartbeat=1: a frozen process loses its connection within seconds, and its messages are redelivered.
+const connection = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672?heartbeat=1');
+connection.on('error', () => undefined);
+const channel = await connection.createConfirmChannel();
+channel.on('error', () => undefined);
+/** The fake PSP: 50 ms per call (so kills land mid-message), one charge per idempotency key. */
+const charge = async (key: string, messageId: string) => {
+  await new Promise((r) => setTimeout(r, 50));
+  await pool.query(`INSERT INTO ${table}_psp (idempotency_key, message_id) VALUES ($1, $2) ON CONFLICT (idempotency_key) DO NOTHING`, [key, messageId]);
+};
+
+if (mode === 'idem') {
+  const store = new PostgresStore({ client: pool, table });
+  const outbox = new Outbox({ client: pool, table });
+  const consumer = new IdempotentConsumer<Queryable>({
+    store,
+    scope: queue,
+    leaseMs: 2000,
+    heartbeatMs: 600,
+    retryDelayMs: (n) => Math.min(1000, 100 * n),
+    maxAttempts: 1000,
+  });
+  await consumeAmqp({
+    channel,
+    queue,
+    consumer,
+    prefetch: 2,
+    handler: async (ctx: MessageContext<Queryable>) => {
+      await ctx.phase('invoice', (tx) => tx.query(`INSERT INTO ${table}_effects (message_id, note) VALUES ($1, 'invoice')`, [ctx.key]));
+      await ctx.call('charge', (key) => charge(key, ctx.key));
+      await ctx.complete((tx) => outbox.enqueue(tx, { id: `invoice-created:${ctx.key}`, destination: eventsQueue, body: ctx.key }));
+    },
+    onDisposition: (d) => {
+      if (d.action === 'ack' && Math.random() < 0.02) process.kill(process.pid, 'SIGKILL'); // committed, ack dropped
+    },
+  });
+} else {
+  const publish = amqpPublisher(channel);
+  await channel.prefetch(2);
+  await channel.consume(queue, (msg) => {
+    if (!msg) return;
+    const id = String(msg.properties.messageId);
+    void (async () => {
+      await pool.query(`INSERT INTO ${table}_effects (message_id, note) VALUES ($1, 'invoice')`, [id]);
+      await charge(randomUUID(), id);
+      await publish({ id: `invoice-created:${id}`, destination: eventsQueue, body: new TextEncoder().encode(id), contentType: null });
+      channel.ack(msg);
+    })().catch(() => undefined);
+  });
+}
+process.stdout.write('READY\n');

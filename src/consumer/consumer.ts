@@ -1,0 +1,145 @@
+import { fingerprint } from '../core/fingerprint.js';
+import { InvalidKeyError, InvalidOptionError, InvalidScopeError, LeaseLostError } from '../core/errors.js';
+import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import type { Execution } from '../engine/execution.js';
+import { MessageContext, resultResponse } from './context.js';
+import type { ConsumedMessage, Disposition } from './types.js';
+
+/** A message handler: runs the work through the context's phases and calls. */
+export type MessageHandler<Tx = unknown> = (ctx: MessageContext<Tx>) => Promise<unknown>;
+
+/** Options of {@link IdempotentConsumer}: an engine (or a store and the engine's options) and the consumer's own. */
+export type ConsumerOptions<Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } | EngineOptions<Tx>) & {
+  /** The scope keys live in: the queue or the consumer group, 1-255 characters. */
+  scope: string;
+  /**
+   * The key of a message.
+   * @default the message id
+   */
+  key?: (message: ConsumedMessage) => string;
+  /**
+   * The delivery on which a failing handler is given up: the message is dead-lettered
+   * instead of retried. Counted from the broker's delivery count ({@link ConsumedMessage.attempt}).
+   * @default 5
+   */
+  maxAttempts?: number;
+  /**
+   * Delay in ms before a failed delivery is retried, by attempt (1-based).
+   * @default 1000 × 2^(attempt − 1), at most 60 000
+   */
+  retryDelayMs?: number | ((attempt: number) => number);
+};
+
+const DEFAULT_MAX_ATTEMPTS = 5;
+
+/**
+ * Exactly-once effects for an at-least-once consumer (`protocol.md K18`), with no broker in it: each message's id
+ * is an idempotency key in `scope`, claimed with the payload's fingerprint (`protocol.md K3`);
+ * the handler's effects commit in atomic phases (`K4`) and the key finishes in the same
+ * transaction as the last of them (`K5`). {@link consume} says what to do with the message;
+ * a broker adapter (`idem/amqp`, `idem/nats`) does it.
+ *
+ * - `ack` only after the finish committed, or for a key finished earlier (a duplicate);
+ * - `retry` when another consumer holds the lease, the store failed, the lease was lost or
+ *   the handler threw (the lease is released, the recovery point kept: `K10`);
+ * - `dead-letter` for the same id with another payload (never processed twice), an invalid
+ *   id, or a handler that failed on `maxAttempts` deliveries.
+ *
+ * @example
+ * ```ts
+ * const consumer = new IdempotentConsumer({ store, scope: 'orders' });
+ * const disposition = await consumer.consume({ id, body, attempt }, async (ctx) => {
+ *   const invoice = await ctx.phase('invoice', (tx) => insertInvoice(tx, order));
+ *   await ctx.call('charge', (key) => psp.charge(invoice, key));
+ *   await ctx.complete((tx) => outbox.enqueue(tx, event));
+ * });
+ * ```
+ */
+export class IdempotentConsumer<Tx = unknown> {
+  readonly engine: IdempotencyEngine<Tx>;
+  readonly scope: string;
+  readonly maxAttempts: number;
+  private readonly keyOf: (message: ConsumedMessage) => string;
+  private readonly retryDelay: (attempt: number) => number;
+
+  /** @throws {InvalidOptionError} for a missing store or scope, or out-of-range numbers. */
+  constructor(options: ConsumerOptions<Tx>) {
+    if (!options) throw new InvalidOptionError('idem: IdempotentConsumer needs options { store, scope }');
+    this.engine = 'engine' in options ? options.engine : new IdempotencyEngine(options);
+    if (typeof options.scope !== 'string' || options.scope.length === 0 || options.scope.length > 255) {
+      throw new InvalidOptionError('idem: `scope` (the queue or consumer group) must be a string of 1-255 characters');
+    }
+    this.scope = options.scope;
+    this.maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
+    if (!Number.isInteger(this.maxAttempts) || this.maxAttempts < 1) {
+      throw new InvalidOptionError('idem: maxAttempts must be a positive integer');
+    }
+    this.keyOf = options.key ?? ((m) => m.id);
+    const delay = options.retryDelayMs;
+    if (typeof delay === 'number' && !(delay >= 0)) throw new InvalidOptionError('idem: retryDelayMs must be >= 0');
+    this.retryDelay = typeof delay === 'function' ? delay : typeof delay === 'number' ? () => delay : (n) => Math.min(60_000, 1000 * 2 ** Math.max(0, n - 1));
+  }
+
+  /**
+   * Processes one delivery of a message at most once in effect, and says what to do with it.
+   * Never throws for a store failure or a handler's error: those are dispositions.
+   *
+   * @param handler the work; its effects belong in `ctx.phase` / `ctx.call` / `ctx.complete`.
+   * @returns the disposition the broker adapter carries out (ack, retry with a delay, dead-letter).
+   */
+  async consume(message: ConsumedMessage, handler: MessageHandler<Tx>): Promise<Disposition> {
+    let key: string;
+    let print: Uint8Array;
+    try {
+      if (!message || !(message.body instanceof Uint8Array)) throw new TypeError('idem: a message needs its body as bytes');
+      key = this.keyOf(message);
+      print = fingerprint({ method: 'MESSAGE', path: this.scope, contentType: message.contentType ?? null, body: message.body });
+    } catch (error) {
+      return { action: 'dead-letter', reason: 'invalid-message', error };
+    }
+    const attempt = message.attempt ?? 1;
+    let begun: Awaited<ReturnType<IdempotencyEngine<Tx>['begin']>>;
+    try {
+      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print });
+    } catch (error) {
+      if (error instanceof InvalidKeyError || error instanceof InvalidScopeError) {
+        return { action: 'dead-letter', reason: 'invalid-message', error };
+      }
+      // protocol.md H17 for messages: fail closed, the message comes back.
+      return { action: 'retry', reason: 'store-unavailable', delayMs: this.retryDelay(attempt), error };
+    }
+    switch (begun.kind) {
+      case 'replay':
+        return { action: 'ack', reason: 'duplicate' };
+      case 'mismatch':
+        return { action: 'dead-letter', reason: 'mismatch' };
+      case 'in-progress':
+        // The holder acks its own delivery; this one comes back once the lease could have ended.
+        return { action: 'retry', reason: 'in-progress', delayMs: Math.max(1, begun.retryAfterMs) };
+      case 'execute':
+        return this.run(begun.execution, message, attempt, handler);
+    }
+  }
+
+  private async run(execution: Execution<Tx>, message: ConsumedMessage, attempt: number, handler: MessageHandler<Tx>): Promise<Disposition> {
+    const ctx = new MessageContext<Tx>(message, execution);
+    try {
+      await handler(ctx);
+      if (execution.status === 'open') await execution.finish(resultResponse(undefined));
+    } catch (error) {
+      if (error instanceof LeaseLostError || execution.status === 'lost') {
+        return { action: 'retry', reason: 'lease-lost', delayMs: this.retryDelay(1), error };
+      }
+      await execution.release().catch(() => undefined);
+      if (attempt >= this.maxAttempts) {
+        return { action: 'dead-letter', reason: 'max-attempts', error };
+      }
+      return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt), error };
+    }
+    if (execution.status !== 'done') {
+      // The handler ended the execution some other way (release, discard): nothing is finished.
+      return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt) };
+    }
+    return { action: 'ack', reason: 'processed' };
+  }
+}

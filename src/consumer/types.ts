@@ -1,0 +1,71 @@
+/** A message as a broker adapter hands it to {@link IdempotentConsumer.consume}. */
+export interface ConsumedMessage {
+  /**
+   * The message id: the idempotency key, 1-255 printable ASCII characters. Stable across
+   * redeliveries and publisher retries (AMQP `message-id`, JetStream `Nats-Msg-Id`).
+   */
+  id: string;
+  /** The payload bytes, fingerprinted: the same id with other bytes is a mismatch (`protocol.md K2`). */
+  body: Uint8Array;
+  /** The payload's content type; JSON payloads are compared canonically (reordered keys are the same message). */
+  contentType?: string | null;
+  /**
+   * Which delivery this is, 1-based, as the broker counts it (JetStream's delivery count,
+   * RabbitMQ's `x-delivery-count` or the adapter's retry header).
+   * @default 1
+   */
+  attempt?: number;
+}
+
+/** Why a message is acknowledged. */
+export type AckReason =
+  /** The handler ran and the key was finished in the same transaction as its last effects. */
+  | 'processed'
+  /** The key finished earlier (a redelivery or a publisher's retry): nothing ran. */
+  | 'duplicate';
+
+/** Why a message should come back later. Never an ack: the work is not known to be committed. */
+export type RetryReason =
+  /** Another consumer holds the key's lease (`protocol.md K7`). */
+  | 'in-progress'
+  /** The idempotency store failed; nothing is known to have committed. */
+  | 'store-unavailable'
+  /** Another consumer took the key over while this one worked (`protocol.md K8`). */
+  | 'lease-lost'
+  /** The handler threw; the lease was released with the recovery point kept (`protocol.md K10`). */
+  | 'handler-failed';
+
+/** Why a message should go to the dead-letter destination, never to be processed as it is. */
+export type DeadLetterReason =
+  /** The same message id arrived with another payload; the first one's work stands. */
+  | 'mismatch'
+  /** The handler failed on `maxAttempts` deliveries; the recovery point is kept. */
+  | 'max-attempts'
+  /** The id is not a valid key or the body is not bytes. */
+  | 'invalid-message';
+
+/**
+ * What the broker adapter must do with the message, returned by
+ * {@link IdempotentConsumer.consume}. `ack` comes only after the commit.
+ */
+export type Disposition =
+  | { action: 'ack'; reason: AckReason }
+  /** Redeliver after `delayMs` ms (nack with a delay, or a delay queue). */
+  | { action: 'retry'; reason: RetryReason; delayMs: number; error?: unknown }
+  /** Reject for good: a dead-letter exchange / `term`. */
+  | { action: 'dead-letter'; reason: DeadLetterReason; error?: unknown };
+
+/** A message to publish (an outbox row): broker-free. */
+export interface OutgoingMessage {
+  /** The message id, stable across the relay's repeats: downstream dedup keys on it. */
+  id: string;
+  /** Where it goes: a routing key on RabbitMQ, a subject on NATS. */
+  destination: string;
+  /** The payload bytes. */
+  body: Uint8Array;
+  /** The payload's content type, or `null`. */
+  contentType: string | null;
+}
+
+/** Publishes one message and resolves once the broker confirmed it (a publisher confirm, a JetStream ack). */
+export type Publisher = (message: OutgoingMessage) => Promise<void>;
