@@ -15,7 +15,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 model="$root/docs/model/idem.pml"
 trails="$root/docs/model/trails"
 write_trails=0
-[ "${1:-}" = "--write-trails" ] && write_trails=1
+case "${1:-}" in
+  "") ;;
+  --write-trails) write_trails=1 ;;
+  -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "model: unknown argument ${1} (usage: npm run model [-- --write-trails])" >&2; exit 2 ;;
+esac
 
 for tool in spin gcc; do
   command -v "$tool" >/dev/null || { echo "model: $tool is not on PATH (apt-get install spin gcc)" >&2; exit 2; }

@@ -3,8 +3,10 @@
  * fencing token, atomic phases), the web-standard HTTP core and the context a handler gets, the
  * completer, the request fingerprint, derived keys, the errors, the constants and the types.
  *
- * Stores live in `idem/postgres`; framework adapters in `idem/hono` and `idem/express`; the
- * client in `idem/client` (`idem/client/node` for Node). The building blocks for writing a store
+ * Stores live in `idem/postgres`, `idem/redis` and `idem/memory`; framework adapters in
+ * `idem/hono`, `idem/express`, `idem/fastify`, `idem/nestjs`, `idem/next`, `idem/lambda` and
+ * `idem/koa`; queue consumers in `idem/consumer`, `idem/amqp` and `idem/nats`; OpenTelemetry in
+ * `idem/otel`; the client in `idem/client` (`idem/client/node` for Node). The building blocks for writing a store
  * or an adapter (key parsing, the claim decision, response capture and replay, problem
  * details, media types, the validation limits) are in `idem/core` and `idem/http`.
  */
