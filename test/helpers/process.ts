@@ -20,7 +20,7 @@ process.on('exit', () => {
 });
 
 /** Environment of the parent that must not leak into a child (the test runner's, the server's). */
-const SCRUBBED = /^(DATABASE_URL|IDEM_|PSP_|PAYMENTS_|PORT$|HOST$|PG_POOL_MAX$|NODE_TEST_CONTEXT$|NODE_OPTIONS$)/;
+const SCRUBBED = /^(DATABASE_URL|REDIS_URL|IDEM_|PSP_|PAYMENTS_|PORT$|HOST$|PG_POOL_MAX$|NODE_TEST_CONTEXT$|NODE_OPTIONS$)/;
 
 /** `process.env` without the variables in {@link SCRUBBED}, plus `extra`. */
 export function childEnv(extra: Record<string, string>): Record<string, string> {
