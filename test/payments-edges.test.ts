@@ -47,6 +47,7 @@ function startServer(env: Record<string, string>): Promise<Server> {
       IDEM_COMPLETER_INTERVAL_MS: '0',
       IDEM_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS),
       DATABASE_URL: '',
+      REDIS_URL: '', // claims stay in the database under test
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
