@@ -18,6 +18,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DEFAULT_KEY_HEADER } from '../core/constants.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
+import { holdWrites, toHeaders } from '../http/node-response.js';
 import { bodyResponse } from '../http/response.js';
 
 /** The slice of an Express request used here. */
@@ -135,37 +136,13 @@ type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writ
 function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'execute' }>): void {
   const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead };
   (res as unknown as Record<symbol, Writer>)[ORIGINAL] = original;
-  // writeHead (also reached through flushHeaders) would commit the head before the response
-  // is recorded: keep its status and headers on `res` instead, as setHeader would.
-  (res as ServerResponse).writeHead = function writeHead(statusCode: number, ...rest: unknown[]) {
-    res.statusCode = statusCode;
-    const headers = rest.find((arg) => typeof arg === 'object' && arg !== null);
-    if (Array.isArray(headers)) {
-      for (let i = 0; i + 1 < headers.length; i += 2) res.setHeader(String(headers[i]), headers[i + 1] as string);
-    } else if (headers) {
-      for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value as string);
-    }
-    return res;
-  } as ServerResponse['writeHead'];
-  const chunks: Buffer[] = [];
-  const push = (chunk: unknown, encoding?: unknown) => {
-    if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
-    chunks.push(
-      typeof chunk === 'string' ? Buffer.from(chunk, (typeof encoding === 'string' ? encoding : 'utf8') as BufferEncoding) : Buffer.from(chunk as Uint8Array),
-    );
-  };
-  (res as ServerResponse).write = function write(chunk: unknown, encoding?: unknown, cb?: unknown) {
-    push(chunk, encoding);
-    const callback = typeof encoding === 'function' ? encoding : cb;
-    if (typeof callback === 'function') queueMicrotask(() => (callback as () => void)());
-    return true;
-  } as ServerResponse['write'];
+  const held = holdWrites(res as ServerResponse);
   (res as ServerResponse).end = function end(chunk?: unknown, encoding?: unknown) {
-    push(chunk, encoding);
+    held.push(chunk, encoding);
     restore(res);
     // The response is decided: an error thrown after this point is not this request's outcome.
     delete (req as unknown as Record<symbol, unknown>)[PREPARED];
-    const response = bodyResponse(res.statusCode, Buffer.concat(chunks), { headers: toHeaders(res.getHeaders()) });
+    const response = bodyResponse(res.statusCode, held.body(), { headers: toHeaders(res.getHeaders()) });
     (req as unknown as Record<symbol, unknown>)[SENDING] = prepared
       .complete(response)
       .then(
@@ -187,16 +164,6 @@ function restore(res: ResLike): void {
   (res as ServerResponse).end = original.end;
   (res as ServerResponse).writeHead = original.writeHead;
   delete (res as unknown as Record<symbol, unknown>)[ORIGINAL];
-}
-
-/** Node's header object (request or response; repeated names as arrays) as fetch `Headers`. */
-function toHeaders(source: Record<string, string | string[] | number | undefined>): Headers {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(source)) {
-    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
-    else if (value !== undefined) headers.set(name, String(value));
-  }
-  return headers;
 }
 
 /** Resolves once the response has been handed to the OS, or its connection closed. */

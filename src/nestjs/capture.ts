@@ -5,7 +5,8 @@
  * decision function whose result is what the client gets. Same shape as the Express adapter's
  * capture, on the raw response so it serves both of NestJS's platforms.
  */
-import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
+import { holdWrites, toHeaders } from '../http/node-response.js';
 import { bodyResponse } from '../http/response.js';
 
 type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead'] };
@@ -19,34 +20,11 @@ type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writ
 export function holdResponse(res: ServerResponse, decide: (written: Response) => Promise<Response>): void {
   const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead };
   const restore = () => Object.assign(res, original);
-  // writeHead would commit the head before the outcome is known: keep status and headers on res.
-  res.writeHead = function writeHead(statusCode: number, ...rest: unknown[]) {
-    res.statusCode = statusCode;
-    const headers = rest.find((arg) => typeof arg === 'object' && arg !== null);
-    if (Array.isArray(headers)) {
-      for (let i = 0; i + 1 < headers.length; i += 2) res.setHeader(String(headers[i]), headers[i + 1] as string);
-    } else if (headers) {
-      for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value as string);
-    }
-    return res;
-  } as ServerResponse['writeHead'];
-  const chunks: Buffer[] = [];
-  const push = (chunk: unknown, encoding?: unknown) => {
-    if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
-    chunks.push(
-      typeof chunk === 'string' ? Buffer.from(chunk, (typeof encoding === 'string' ? encoding : 'utf8') as BufferEncoding) : Buffer.from(chunk as Uint8Array),
-    );
-  };
-  res.write = function write(chunk: unknown, encoding?: unknown, cb?: unknown) {
-    push(chunk, encoding);
-    const callback = typeof encoding === 'function' ? encoding : cb;
-    if (typeof callback === 'function') queueMicrotask(() => (callback as () => void)());
-    return true;
-  } as ServerResponse['write'];
+  const held = holdWrites(res);
   res.end = function end(chunk?: unknown, encoding?: unknown, cb?: unknown) {
-    push(chunk, encoding);
+    held.push(chunk, encoding);
     restore();
-    const written = bodyResponse(res.statusCode, Buffer.concat(chunks), { headers: toHeaders(res.getHeaders()) });
+    const written = bodyResponse(res.statusCode, held.body(), { headers: toHeaders(res.getHeaders()) });
     decide(written)
       .then(
         (out) => sendResponse(res, out),
@@ -60,16 +38,6 @@ export function holdResponse(res: ServerResponse, decide: (written: Response) =>
       });
     return res;
   } as ServerResponse['end'];
-}
-
-/** Node's header object (request or response; repeated names as arrays) as fetch `Headers`. */
-export function toHeaders(source: IncomingHttpHeaders | OutgoingHttpHeaders): Headers {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(source)) {
-    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
-    else if (value !== undefined) headers.set(name, String(value));
-  }
-  return headers;
 }
 
 /** Writes a web Response out through Node's response, replacing any headers set so far. */

@@ -9,7 +9,8 @@ import { Reflector } from '@nestjs/core';
 import { catchError, of, throwError, type Observable } from 'rxjs';
 import type { EngineOptions } from '../engine/engine.js';
 import { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
-import { holdResponse, sendResponse, toHeaders } from './capture.js';
+import { toHeaders } from '../http/node-response.js';
+import { holdResponse, sendResponse } from './capture.js';
 
 /** Injection token of the module's {@link HttpIdempotency} core (its `engine.store` is the store). */
 export const IDEMPOTENCY = Symbol.for('idem.nestjs.core');
