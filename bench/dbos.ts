@@ -72,7 +72,10 @@ export async function dbos(cfg: BenchConfig, log: (line: string) => void): Promi
   const steps = new Map<string, Steps>();
   const step = (key: string, name: keyof Steps) => {
     let s = steps.get(key);
-    if (!s) steps.set(key, (s = { insert: 0, psp: 0, update: 0 }));
+    if (!s) {
+      s = { insert: 0, psp: 0, update: 0 };
+      steps.set(key, s);
+    }
     s[name]++;
   };
   /** The payment provider: in process, one event-loop turn, counted. */
