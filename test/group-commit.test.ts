@@ -76,6 +76,17 @@ describe('group commit on PostgreSQL (protocol.md K19)', { skip: process.env.DAT
     }
   });
 
+  it('windowMs 0 gathers the claims of one turn of the event loop', async () => {
+    const { store, table } = await open({}, { windowMs: 0 });
+    const keys = ['z1', 'z2', 'z3', 'z4'];
+    await Promise.all(keys.map((k) => store.claim(claimInput(k))));
+    assert.deepEqual(
+      batches.map((b) => b.size),
+      [4],
+    );
+    assert.equal((await xmins(table, keys)).size, 1);
+  });
+
   it('a batch is cut at maxBatch keys', async () => {
     const { store } = await open({}, { maxBatch: 4 });
     await Promise.all(Array.from({ length: 10 }, (_, i) => store.claim(claimInput(`m${i}`))));

@@ -71,7 +71,9 @@ function rowError(error: unknown): boolean {
 class Batcher<I, O> {
   private pending: Array<Waiter<I, O>> = [];
   private ids = new Set<string>();
-  private timer: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | undefined;
+  /** The open batch's departure: a timer for `windowMs`, or the next turn of the event loop for 0. */
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private immediate: ReturnType<typeof setImmediate> | undefined;
 
   constructor(
     private readonly windowMs: number,
@@ -85,16 +87,18 @@ class Batcher<I, O> {
     const promise = new Promise<O>((resolve, reject) => this.pending.push({ id, input, resolve, reject }));
     this.ids.add(id);
     if (this.pending.length >= this.maxBatch) this.go();
-    else if (!this.timer) this.timer = this.windowMs > 0 ? setTimeout(() => this.go(), this.windowMs) : setImmediate(() => this.go());
+    else if (this.pending.length === 1) {
+      if (this.windowMs > 0) this.timer = setTimeout(() => this.go(), this.windowMs);
+      else this.immediate = setImmediate(() => this.go());
+    }
     return promise;
   }
 
   private go(): void {
-    if (this.timer) {
-      clearTimeout(this.timer as ReturnType<typeof setTimeout>);
-      clearImmediate(this.timer as ReturnType<typeof setImmediate>);
-      this.timer = undefined;
-    }
+    if (this.timer) clearTimeout(this.timer);
+    if (this.immediate) clearImmediate(this.immediate);
+    this.timer = undefined;
+    this.immediate = undefined;
     const batch = this.pending;
     this.pending = [];
     this.ids = new Set();
