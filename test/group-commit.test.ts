@@ -187,6 +187,23 @@ describe('group commit on PostgreSQL (protocol.md K19)', { skip: process.env.DAT
     }
   });
 
+  it('in wait mode (notify) claims batch and finishes go alone, each sending its notification (protocol.md K17)', async () => {
+    const { store } = await open({ notify: true });
+    const tokens = (await Promise.all(['w1', 'w2'].map((k) => store.claim(claimInput(k))))).map(claimedToken);
+    const changes = await store.subscribe!(SCOPE, 'w1');
+    try {
+      const woken = changes.next(30_000);
+      await Promise.all(['w1', 'w2'].map((k, i) => store.commit(ref(k, tokens[i]!), () => ({ kind: 'finish', response: response(i) }))));
+      assert.equal(await woken, true, "w1's finish woke its subscriber");
+      assert.deepEqual(
+        batches.map((b) => [b.kind, b.size]),
+        [['claim', 2]],
+      );
+    } finally {
+      changes.close();
+    }
+  });
+
   it('rejects bad options with InvalidOptionError, and partitioned mode', () => {
     const bad: Array<Partial<PostgresStoreOptions>> = [
       { groupCommit: { windowMs: -1 } },
