@@ -170,7 +170,7 @@ export async function dbos(cfg: BenchConfig, log: (line: string) => void): Promi
       const ms = performance.now() - t0;
       const used = statements - before;
       const idleBefore = statements;
-      const idleMs = Math.min(ms, cfg.quick ? 500 : 2000);
+      const idleMs = Math.min(ms, cfg.quick ? 200 : 2000);
       await new Promise((resolve) => setTimeout(resolve, idleMs));
       const idle = ((statements - idleBefore) * ms) / idleMs;
       return (used - idle) / n;
