@@ -88,6 +88,8 @@ await section('http', async () => (await import('./http.js')).httpLevel);
 await section('peers', async () => (await import('./peers.js')).peers);
 await section('growth', async () => (await import('./growth.js')).growth);
 await section('memory', async () => (await import('./memory.js')).memory);
+await section('group-commit', async () => (await import('./group-commit.js')).groupCommit);
+await section('dbos', async () => (await import('./dbos.js')).dbos);
 
 const chartSeries = Object.assign({}, ...sections.map((s) => s.chart ?? {})) as Record<string, Array<[number, number]>>;
 // Only a complete full run replaces the published report (docs/); a quick or failed run

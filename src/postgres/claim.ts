@@ -17,7 +17,8 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
   // Replay fast path: a finished key within retention is answered by one plain read. A
   // finished row only ever changes by being deleted or replaced past retention, so the
   // answer cannot be stale in a way that matters; every other case claims below.
-  const done = (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
+  // Group commit: the batched claim reads first itself, so a replay needs no read of its own (protocol.md K19).
+  const done = ctx.group ? undefined : (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
   if (done && done.state === KeyState.Done && done.retention_expired !== true) {
     return { kind: 'exists', record: await readRecord(ctx, done, input.scope, input.key, input.fingerprint) };
   }
@@ -26,7 +27,7 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
   // Bounded: each turn either claims, finds a live row, or loses a race to a writer that
   // made progress (a replacement or a deletion), which cannot repeat without bound.
   for (let attempt = 0; attempt < 5; attempt++) {
-    let row = (await db.query(sql.claim, params)).rows[0];
+    let row = attempt === 0 && ctx.group ? await ctx.group.claim(input) : (await db.query(sql.claim, params)).rows[0];
     if (row?.kind === 'claimed') return claimed(row);
     if (!row) {
       // Lost the race to a concurrent claim committed after our snapshot: read it fresh.

@@ -13,6 +13,11 @@ const FENCED = Symbol('idem.fenced');
  * blob; anything else is one autocommit statement.
  */
 export async function commitRecord(ctx: StoreContext, ref: KeyRef, rec: CommitRecord): Promise<Fenced> {
+  // Group commit (protocol.md K19): an inline finish shares one fenced statement with others.
+  if (rec.kind === 'finish' && ctx.group?.batchFinishes && rec.response.body.length <= ctx.inlineMaxBytes) {
+    const finished = await ctx.group.finish({ ref, status: rec.response.status, form: storedForm(ctx, ref, rec.response) });
+    return finished ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
   if (rec.kind === 'phase' || rec.response.body.length <= ctx.inlineMaxBytes) {
     return (await write(ctx, undefined, ref, rec)) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }

@@ -3,6 +3,7 @@ import { InvalidOptionError } from '../core/errors.js';
 import { type BlobStore, TableBlobStore } from './blob-store.js';
 import { channelName, notifyingStatements } from './notify.js';
 import { type SqlClient, type SqlExecutor, toExecutor } from './client.js';
+import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
 import { type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
 
 /**
@@ -81,6 +82,17 @@ export interface PostgresStoreOptions {
    * @default false
    */
   notify?: boolean;
+  /**
+   * Group commit (protocol.md K19): claims of different keys arriving within `windowMs` share
+   * one multi-row statement and one commit, and so do finishes without local effects whose
+   * body is stored inline (not in wait mode, whose finishes notify one by one). Durability is
+   * unchanged (`synchronous_commit` as configured); each caller gets its own outcome. Worth it
+   * under concurrency, when commits are the limit; a lone request waits up to `windowMs` more.
+   * `true` uses the defaults. Plain tables only: partitioned mode claims under a per-key lock
+   * in a transaction of its own, so it rejects this option.
+   * @default false
+   */
+  groupCommit?: boolean | GroupCommitOptions;
 }
 
 /** Options of partitioned mode. */
@@ -126,6 +138,8 @@ export interface StoreContext {
   readonly channel: string | undefined;
   /** The client as given (for LISTEN). */
   readonly client: PostgresStoreOptions['client'];
+  /** Group commit's batchers when `groupCommit` is on, else undefined. */
+  readonly group: GroupCommit | undefined;
 }
 
 /**
@@ -174,5 +188,26 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
   }
   const channel = options.notify ? channelName(table) : undefined;
   if (channel) sql = notifyingStatements(sql, channel);
-  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher, channel, client: options.client };
+  const group = groupCommit(options, db, sql, timeoutMs, channel === undefined);
+  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher, channel, client: options.client, group };
+}
+
+/** Group commit's batchers, or undefined when the option is off. @throws {InvalidOptionError} */
+function groupCommit(options: PostgresStoreOptions, db: SqlExecutor, sql: Statements, timeoutMs: number, batchFinishes: boolean): GroupCommit | undefined {
+  const given = options.groupCommit;
+  if (given === undefined || given === false) return undefined;
+  if (given !== true && (typeof given !== 'object' || given === null))
+    throw new InvalidOptionError('idem/postgres: groupCommit must be true, false or { windowMs, maxBatch }');
+  if (options.partitioned) {
+    throw new InvalidOptionError('idem/postgres: groupCommit needs a plain table (a partitioned claim takes a per-key lock in a transaction of its own)');
+  }
+  const o = given === true ? {} : given;
+  const windowMs = o.windowMs ?? 2;
+  const maxBatch = o.maxBatch ?? 64;
+  if (!(windowMs >= 0 && windowMs <= 1000)) throw new InvalidOptionError('idem/postgres: groupCommit.windowMs must be a number of ms from 0 to 1000');
+  if (timeoutMs > 0 && windowMs >= timeoutMs) throw new InvalidOptionError('idem/postgres: groupCommit.windowMs must be shorter than storeTimeoutMs');
+  if (!Number.isInteger(maxBatch) || maxBatch < 1 || maxBatch > 1000)
+    throw new InvalidOptionError('idem/postgres: groupCommit.maxBatch must be an integer from 1 to 1000');
+  if (o.onBatch !== undefined && typeof o.onBatch !== 'function') throw new InvalidOptionError('idem/postgres: groupCommit.onBatch must be a function');
+  return new GroupCommit(db, sql, { windowMs, maxBatch, onBatch: o.onBatch }, batchFinishes);
 }

@@ -17,6 +17,7 @@ import { claimStatements, partitionedClaimStatements } from './sql/claim.js';
 import { completerStatements } from './sql/completer.js';
 import { dashboardStatements } from './sql/dashboard.js';
 import { fencedStatements } from './sql/fenced.js';
+import { groupStatements } from './sql/group.js';
 import { inspectStatements } from './sql/inspect.js';
 import { migrateStatements, tableKind } from './sql/migrate.js';
 import { partitionStatements } from './sql/partitions.js';
@@ -46,6 +47,9 @@ export interface Statements {
   release: string;
   countFailure: string;
   discard: string;
+  /** sql/group.ts: group commit's batched claim and finish (plain table). */
+  groupClaim: string;
+  groupFinish: string;
   /** sql/sweep.ts */
   sweepCutoff: string;
   sweepPlan: string;
@@ -103,6 +107,7 @@ export function statements(table: string): Statements {
     blobTable: blobTableStatement(names),
     ...claimStatements(names),
     ...fencedStatements(names),
+    ...groupStatements(names),
     ...sweepStatements(names),
     ...blobStatements(names),
     ...inspectStatements(names),

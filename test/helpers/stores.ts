@@ -11,7 +11,7 @@
 import { after, before } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { PostgresStore } from '../../src/postgres/index.js';
+import { PostgresStore, type PostgresStoreOptions } from '../../src/postgres/index.js';
 import type { Queryable, SqlClient } from '../../src/postgres/client.js';
 import { MemoryStore, type MemoryTx } from '../../src/memory/index.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
@@ -119,6 +119,7 @@ function postgresFactory(
   open: () => Promise<{ client: SqlClient; close(): Promise<void> }>,
   partitioned: boolean,
   contractOnly = false,
+  options: Partial<PostgresStoreOptions> = {},
 ): StoreFactory {
   return {
     name,
@@ -133,7 +134,7 @@ function postgresFactory(
         async fresh() {
           const table = tableName();
           const side = `${table}_side`;
-          const store = new PostgresStore({ client, table, partitioned });
+          const store = new PostgresStore({ ...options, client, table, partitioned });
           await store.migrate();
           await q(client).query(`CREATE TABLE "${side}" (id serial PRIMARY KEY, note text NOT NULL)`);
           const where = `WHERE scope = $1 AND key = $2`;
@@ -320,8 +321,15 @@ export const storeFactories: StoreFactory[] = [
   // lock: the engine and HTTP suites on it took over 3 minutes on a busy two-core machine and
   // cover nothing the partitioned PostgreSQL entry does not.
   postgresFactory('PostgresStore (partitioned) on PGlite', openPglite, true, true),
+  // Group commit (protocol.md K19) changes only how claims and finishes reach the table: the
+  // contract alone covers it (test/group-commit.test.ts has its batch-specific cases).
+  postgresFactory('PostgresStore (group commit) on PGlite', openPglite, false, true, { groupCommit: true }),
   ...(process.env.DATABASE_URL
-    ? [postgresFactory('PostgresStore on PostgreSQL', openPostgres, false), postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true)]
+    ? [
+        postgresFactory('PostgresStore on PostgreSQL', openPostgres, false),
+        postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true),
+        postgresFactory('PostgresStore (group commit) on PostgreSQL', openPostgres, false, true, { groupCommit: true }),
+      ]
     : []),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
