@@ -85,8 +85,10 @@ async function retryingTryAgain<T>(run: () => Promise<T>): Promise<T> {
  * The connection is left alone: it is the application's, shared by every caller, and Redis
  * answers in order on it, so a late reply still reaches the command it belongs to (unlike a
  * pool connection, nothing is held that another request needs). Noticing a connection that
- * went silent for good and reconnecting is the client's job (ioredis `socketTimeout`,
- * node-redis `socket.socketTimeout` with `pingInterval`; README, "Redis").
+ * went silent for good (a black hole that accepts bytes and never answers) and reconnecting is
+ * the client's job: ioredis `socketTimeout` does it; node-redis's `socket.socketTimeout` is an
+ * inactivity timer that every write resets, so under traffic it never fires (README, "The
+ * Redis store").
  *
  * The command itself stays queued in the client and may still run after the deadline. Safe for
  * every script (protocol.md K-rules): a late `claim` creates a key with a lease and a token no

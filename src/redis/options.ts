@@ -50,9 +50,9 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
    * node) that accepted the connection and never answers fails the call with a
    * `StoreTimeoutError` after this long, so the request gets `503` with `Retry-After` instead
    * of hanging; mid-work, the attempt fails as a throw. A `WAIT` (`durability`) may take
-   * `durability.timeoutMs` more. The connection is not reset: give the client its own
-   * dead-socket detection (ioredis `socketTimeout`, node-redis `socket.socketTimeout` with
-   * `pingInterval`) so it reconnects once Redis answers again. `0` turns the deadline off.
+   * `durability.timeoutMs` more. The connection is not reset: a Redis that stalls and resumes
+   * answers on it in order; out of a black hole (accepts bytes, never answers) only the client
+   * reconnects, which ioredis does with its `socketTimeout` option. `0` turns the deadline off.
    * @default 5000
    */
   storeTimeoutMs?: number;
