@@ -12,6 +12,7 @@ import type {
   RequestSnapshot,
   TakeOverResult,
 } from '../store/types.js';
+import { type DistributeResult, distribute, distributionOf } from './citus.js';
 import { claim, takeOver } from './claim.js';
 import type { Queryable } from './client.js';
 import { commitRecord, commitWithEffects } from './commit.js';
@@ -26,6 +27,7 @@ import { snapshotJson, toRecord, toSnapshot } from './rows.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
 
 export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PartitionOptions, type PostgresStoreOptions } from './options.js';
+export type { DistributeResult } from './citus.js';
 export type { DashboardData, DashboardKey } from './dashboard.js';
 export type { KeyInspection, StoreStats } from './inspect.js';
 export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './sweep.js';
@@ -89,6 +91,27 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   /** The table as it exists now: `plain`, `partitioned`, or undefined when it does not exist (not migrated). */
   tableMode(): Promise<'plain' | 'partitioned' | undefined> {
     return tableMode(this.ctx);
+  }
+
+  /**
+   * Citus mode: distributes the key table by `scope` and `<table>_blobs` co-located with it
+   * (`create_distributed_table`), if they are not yet; run it after {@link migrate}, through
+   * the coordinator. Then co-locate the tenant's business tables with
+   * `create_distributed_table('<your_table>', '<tenant column>', colocate_with => '<table>')`
+   * so that a phase's business write and its recovery point commit on one shard.
+   * Idempotent.
+   *
+   * @returns what it did, the co-location group and the call that co-locates a business table
+   * @throws {InvalidOptionError} on a store without `distributed: 'citus'`, without the citus
+   *   extension, or a table distributed by another column
+   */
+  distribute(): Promise<DistributeResult> {
+    return distribute(this.ctx);
+  }
+
+  /** `citus` when the table is a Citus table distributed by hash, else undefined (no Citus, plain table, not migrated). */
+  async distribution(): Promise<'citus' | undefined> {
+    return (await distributionOf(this.ctx, this.table)) ? 'citus' : undefined;
   }
 
   /**
