@@ -98,8 +98,8 @@ export interface PostgresStoreOptions {
    * `idem migrate --distribute`) a Citus distributed table, distributed by `scope`, so that
    * a tenant's business tables co-located with it commit a phase on one shard. The claim is
    * insert-first, the takeover draws its token before its UPDATE, the sweep runs per shard
-   * (README, "Citus"). Connect through the coordinator. Not with `partitioned` or
-   * `groupCommit`.
+   * (README, "Citus"). Connect through the coordinator. Not with `partitioned`, `groupCommit`
+   * or `notify`.
    * @default undefined (a table on one PostgreSQL)
    */
   distributed?: 'citus';
@@ -208,7 +208,7 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
 
 /**
  * Whether the store is in Citus mode.
- * @throws {InvalidOptionError} for another value, or with `partitioned` or `groupCommit`
+ * @throws {InvalidOptionError} for another value, or with `partitioned`, `groupCommit` or `notify`
  */
 function citusMode(options: PostgresStoreOptions): boolean {
   if (options.distributed === undefined) return false;
@@ -221,6 +221,11 @@ function citusMode(options: PostgresStoreOptions): boolean {
   if (options.groupCommit) {
     throw new InvalidOptionError(
       "idem/postgres: distributed does not combine with groupCommit: a batch spans shards, so its one commit becomes a two-phase commit over every shard's node",
+    );
+  }
+  if (options.notify) {
+    throw new InvalidOptionError(
+      "idem/postgres: distributed does not combine with notify: Citus routes a key's statement, its pg_notify included, to the shard's worker, where no listener is; use inProgress: 'reject' or a polling wait",
     );
   }
   return true;

@@ -52,6 +52,8 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   readonly table: string;
   /** Partitioned mode's options, or undefined for a plain table. */
   readonly partitioning: Required<PartitionOptions> | undefined;
+  /** `citus` in Citus mode (option `distributed`), else undefined. */
+  readonly distributed: 'citus' | undefined;
   private readonly ctx: StoreContext;
 
   /**
@@ -62,6 +64,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     this.ctx = storeContext(options);
     this.table = this.ctx.table;
     this.partitioning = this.ctx.partitioning;
+    this.distributed = this.ctx.citus ? 'citus' : undefined;
     if (this.ctx.channel) {
       const hub = new KeyChangeHub(this.ctx.client, this.ctx.channel);
       this.subscribe = (scope, key) => hub.subscribe(scope, key);
