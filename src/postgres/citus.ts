@@ -5,6 +5,7 @@
  */
 import { InvalidOptionError } from '../core/errors.js';
 import type { StoreContext } from './options.js';
+import type { Queryable } from './client.js';
 import { type CitusStatements, citusCatalog } from './sql.js';
 
 /** What `PostgresStore.distribute` did. */
@@ -63,19 +64,23 @@ export async function checkDistribution(ctx: StoreContext): Promise<void> {
 export async function distribute(ctx: StoreContext): Promise<DistributeResult> {
   const citus = citusOf(ctx);
   await checkDistribution(ctx);
-  const keysBefore = await distributionOf(ctx, ctx.table);
-  const blobTable = `${ctx.table}_blobs`;
-  const blobsBefore = await distributionOf(ctx, blobTable);
-  if (!keysBefore || !blobsBefore) {
-    await ctx.maintenance.transaction(async (tx) => {
-      if (!keysBefore) await ctx.maintenance.queryOn(tx, citus.distributeKeys);
-      if (!blobsBefore) await ctx.maintenance.queryOn(tx, citus.distributeBlobs);
-    });
-  }
+  const { maintenance: db } = ctx;
+  // Under migrate's lock, checked again inside it: two hosts starting at once distribute once.
+  const [lock] = ctx.sql.migrate;
+  const hashed = async (tx: Queryable, table: string) =>
+    (await db.queryOn(tx, citusCatalog.distribution, [table])).rows.some((row) => row.method === 'h');
+  const [table, blobs] = await db.transaction(async (tx) => {
+    await db.queryOn(tx, lock!, [ctx.table]);
+    const keysBefore = await hashed(tx, ctx.table);
+    const blobsBefore = await hashed(tx, `${ctx.table}_blobs`);
+    if (!keysBefore) await db.queryOn(tx, citus.distributeKeys);
+    if (!blobsBefore) await db.queryOn(tx, citus.distributeBlobs);
+    return [keysBefore ? 'exists' : 'distributed', blobsBefore ? 'exists' : 'distributed'] as const;
+  });
   const after = (await distributionOf(ctx, ctx.table))!;
   return {
-    table: keysBefore ? 'exists' : 'distributed',
-    blobs: blobsBefore ? 'exists' : 'distributed',
+    table,
+    blobs,
     colocationId: after.colocationId,
     colocateHint: `SELECT create_distributed_table('<your_table>', '<tenant column>', colocate_with => '${ctx.table}');`,
   };
