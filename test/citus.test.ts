@@ -145,8 +145,14 @@ describe('Citus mode on a cluster', { skip: CITUS_URL ? false : 'CITUS_URL is no
     const orderShard = await placement(orders, tenant);
     assert.equal(orderShard.node, keyShard.node, 'the business row and the key row live on one node');
     assert.equal(orderShard.min, keyShard.min, 'on co-located shards (same hash range)');
-    assert.ok(commands.some((c) => c.includes(`_${orderShard.shard}`)), `the insert went to shard ${orderShard.shard}: ${commands.join(' | ')}`);
-    assert.ok(commands.some((c) => c.includes(`_${keyShard.shard}`)), `the fenced write went to shard ${keyShard.shard}: ${commands.join(' | ')}`);
+    assert.ok(
+      commands.some((c) => c.includes(`_${orderShard.shard}`)),
+      `the insert went to shard ${orderShard.shard}: ${commands.join(' | ')}`,
+    );
+    assert.ok(
+      commands.some((c) => c.includes(`_${keyShard.shard}`)),
+      `the fenced write went to shard ${keyShard.shard}: ${commands.join(' | ')}`,
+    );
     assert.ok(!commands.some((c) => /PREPARE TRANSACTION/i.test(c)), `one shard, one-phase commit: ${commands.join(' | ')}`);
     const recorded = await pool.query(`SELECT recovery_point FROM "${table}" WHERE scope = $1 AND key = $2`, [tenant, 'k1']);
     assert.equal(recorded.rows[0]!.recovery_point, 'charge');
@@ -185,7 +191,7 @@ describe('Citus mode on a cluster', { skip: CITUS_URL ? false : 'CITUS_URL is no
     assert.equal(Number((await pool.query(`SELECT count(*) AS n FROM "${table}"`)).rows[0]!.n), 0);
   });
 
-  it('draws takeover and replacement tokens from the coordinator\'s sequence, as the claim does', async () => {
+  it("draws takeover and replacement tokens from the coordinator's sequence, as the claim does", async () => {
     const { table, store } = await distributed();
     const token = claimedToken(await store.claim(claimInput('w', { leaseMs: 0 })));
     const taken = await store.takeOver({ scope: 'tenant-1', key: 'w', token }, LONG_LEASE_MS);

@@ -109,7 +109,9 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
   const waitMs = options.waitMs ?? 0;
   // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
-  const store = options.store ?? new PostgresStore({
+  const store =
+    options.store ??
+    new PostgresStore({
       client: db,
       storeTimeoutMs: options.storeTimeoutMs ?? 5000,
       notify: waitMs > 0,

@@ -65,7 +65,9 @@ export function buildProgram(io: CliIo = defaultIo): Command {
           if (result.partitionsCreated.length > 0) io.out(`Created partitions: ${result.partitionsCreated.join(', ')}.`);
           if (distributed) {
             const what = (r: 'distributed' | 'exists') => (r === 'distributed' ? 'distributed by scope now' : 'already distributed by scope');
-            io.out(`${store.table}: ${what(distributed.table)}; ${store.table}_blobs: ${what(distributed.blobs)} (co-location group ${distributed.colocationId}).`);
+            io.out(
+              `${store.table}: ${what(distributed.table)}; ${store.table}_blobs: ${what(distributed.blobs)} (co-location group ${distributed.colocationId}).`,
+            );
             io.out(`Co-locate each table a phase writes with it, distributed by the column that holds the scope (the tenant):`);
             io.out(`  ${distributed.colocateHint}`);
             io.out(`Open the store with { distributed: 'citus' } and connect through the coordinator.`);

@@ -33,7 +33,7 @@ export async function citusVersion(ctx: StoreContext): Promise<string | undefine
 export async function distributionOf(ctx: StoreContext, table: string): Promise<{ method: string; column: string | null; colocationId: number } | undefined> {
   if ((await citusVersion(ctx)) === undefined) return undefined;
   const row = (await ctx.maintenance.query(citusCatalog.distribution, [table])).rows[0];
-  if (!row || row.method !== 'h') return undefined;
+  if (row?.method !== 'h') return undefined;
   return { method: String(row.method), column: row.column === null ? null : String(row.column), colocationId: Number(row.colocationid) };
 }
 
@@ -67,8 +67,7 @@ export async function distribute(ctx: StoreContext): Promise<DistributeResult> {
   const { maintenance: db } = ctx;
   // Under migrate's lock, checked again inside it: two hosts starting at once distribute once.
   const [lock] = ctx.sql.migrate;
-  const hashed = async (tx: Queryable, table: string) =>
-    (await db.queryOn(tx, citusCatalog.distribution, [table])).rows.some((row) => row.method === 'h');
+  const hashed = async (tx: Queryable, table: string) => (await db.queryOn(tx, citusCatalog.distribution, [table])).rows.some((row) => row.method === 'h');
   const [table, blobs] = await db.transaction(async (tx) => {
     await db.queryOn(tx, lock!, [ctx.table]);
     const keysBefore = await hashed(tx, ctx.table);

@@ -203,7 +203,21 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
   const channel = options.notify ? channelName(table) : undefined;
   if (channel) sql = notifyingStatements(sql, channel);
   const group = groupCommit(options, db, sql, timeoutMs, channel === undefined);
-  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher, channel, client: options.client, group, citus: citusSql };
+  return {
+    table,
+    db,
+    maintenance: toExecutor(options.client),
+    sql,
+    psql,
+    partitioning,
+    inlineMaxBytes,
+    blobs,
+    cipher,
+    channel,
+    client: options.client,
+    group,
+    citus: citusSql,
+  };
 }
 
 /**

@@ -112,7 +112,6 @@ export function citusMaintenanceStatements({ t, blobs }: TableNames) {
     /** Distributes `<table>_blobs` by scope, on the key table's shards (its foreign key needs them co-located). */
     distributeBlobs: `SELECT create_distributed_table(${literal(blobs)}, 'scope', colocate_with => ${literal(t)})`,
 
-
     /**
      * One retention batch on every shard at once (see `SHARD_BATCH`): a row per shard with
      * its id, whether it ran, and `deleted,scanned` (or the error). $1 cutoff µs, $2 batch size.
