@@ -161,5 +161,5 @@ export type CitusStatements = ReturnType<typeof citusMaintenanceStatements>;
  */
 export function distributedStatements(table: string, base: Statements): { sql: Statements; citus: CitusStatements } {
   const names = tableNames(table);
-  return { sql: { ...base, ...citusStatements(names) }, citus: citusMaintenanceStatements(names) };
+  return { sql: { ...base, ...citusStatements(names, base) }, citus: citusMaintenanceStatements(names) };
 }

@@ -196,7 +196,8 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    * (database clock, fixed when the sweep starts) whose lease is not valid. A plain table is
    * swept in batches by key range, oldest first, skipping rows locked right now; a partitioned
    * one by dropping each partition whose whole day is past retention (one statement each,
-   * kept while a lease in it is valid). Safe to run from several hosts at once: no row is
+   * kept while a lease in it is valid); in Citus mode one batch on every shard at once,
+   * skipping locked rows on each. Safe to run from several hosts at once: no row is
    * deleted twice and no sweeper waits on a live claim.
    *
    * @returns the number of rows deleted

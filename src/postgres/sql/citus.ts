@@ -19,13 +19,19 @@ import { literal, type TableNames } from './table.js';
  * statement, and a conflict (zero rows) goes to the claim path's existing fresh read
  * (`readForUpdate`). A retry of a finished key never reaches it: `readDone` answers first.
  */
-export function citusStatements({ t, nextToken }: TableNames) {
+export function citusStatements({ t, nextToken }: TableNames, base: { takeOver: string; replaceExpired: string }) {
   // Drawn as uncorrelated scalar subqueries, which Citus plans apart and evaluates on the
   // coordinator, so tokens come from the coordinator's sequence as every INSERT's default
-  // does. A CTE \`WITH drawn AS (SELECT nextval(…))\` is accepted too, but once the UPDATE is
-  // itself a CTE (wait mode's notify wrapper) Citus pushes it down with the UPDATE and the
-  // worker's own sequence range (from 2^48 per node) hands out the token.
-  const token = `(SELECT ${nextToken})`;
+  // does. A CTE `WITH drawn AS (SELECT nextval(…))` is accepted too, but once the UPDATE is
+  // itself a CTE (as wait mode's notify wrapper makes it) Citus pushes it down with the UPDATE
+  // and the worker's own sequence range (from 2^48 per node) hands out the token.
+  const drawn = (statement: string, name: string) => {
+    const out = statement
+      .replace(`lock_version = ${nextToken}`, `lock_version = (SELECT ${nextToken})`)
+      .replace('claim_id = gen_random_uuid()', 'claim_id = (SELECT gen_random_uuid())');
+    if (out === statement) throw new Error(`idem/postgres: ${name} changed shape (no token drawn in its UPDATE)`);
+    return out;
+  };
   return {
     /**
      * The claim (protocol.md Q1), insert-first: the new row's token and claim id, or zero rows
@@ -38,25 +44,11 @@ export function citusStatements({ t, nextToken }: TableNames) {
       ON CONFLICT (scope, key) DO NOTHING
       RETURNING 'claimed' AS kind, lock_version::text AS lock_version, claim_id::text AS claim_id, $5::int8 AS retention_ms`,
 
-    /** The takeover of sql/fenced.ts, the token drawn first. $1 scope, $2 key, $3 token read, $4 lease ms. */
-    takeOver: `UPDATE ${t} SET locked_until = now() + $4::int8 * interval '1 millisecond', lock_version = ${token}
-      WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
-        AND (locked_until IS NULL OR locked_until <= now())
-      RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id, recovery_point, phase_results`,
+    /** The takeover of sql/fenced.ts, its token drawn in a subquery; same parameters. */
+    takeOver: drawn(base.takeOver, 'takeOver'),
 
-    /**
-     * The replacement past retention of sql/claim.ts, token and claim id drawn first.
-     * $1 scope, $2 key, $3 fingerprint, $4 lease ms, $5 retention ms, $6 token read.
-     */
-    replaceExpired: `UPDATE ${t} SET fingerprint = $3, state = 'started', recovery_point = 'start',
-        phase_results = '{}'::jsonb, locked_until = now() + $4::int8 * interval '1 millisecond',
-        lock_version = ${token}, claim_id = (SELECT gen_random_uuid()), response_status = NULL, response_headers = NULL,
-        response_body = NULL, response_body_ref = NULL, response_key_id = NULL, created_at = now(), finished_at = NULL,
-        failed_attempts = 0, request = NULL
-      WHERE scope = $1 AND key = $2 AND lock_version = $6
-        AND created_at <= now() - $5::int8 * interval '1 millisecond'
-        AND (locked_until IS NULL OR locked_until <= now())
-      RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id`,
+    /** The replacement past retention of sql/claim.ts, token and claim id drawn in subqueries; same parameters. */
+    replaceExpired: drawn(base.replaceExpired, 'replaceExpired'),
   };
 }
 
