@@ -2,7 +2,8 @@
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
  * `--only=library,pglite,http,peers,growth,memory` runs a subset (the report then holds only
- * those sections). Not a test: CI never runs it and nothing gates on speed.
+ * those sections; `--only=citus` the Citus section, with CITUS_URL: bench/citus.ts). Not a test:
+ * CI never runs it and nothing gates on speed.
  *
  * Needs PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) and Redis
  * (REDIS_URL, default redis://127.0.0.1:6379; the peers section is skipped with a note when
@@ -90,6 +91,8 @@ await section('growth', async () => (await import('./growth.js')).growth);
 await section('memory', async () => (await import('./memory.js')).memory);
 await section('group-commit', async () => (await import('./group-commit.js')).groupCommit);
 await section('dbos', async () => (await import('./dbos.js')).dbos);
+// Citus: in a full run when CITUS_URL names a coordinator; with --only=citus a note says why it was skipped.
+if (only?.includes('citus') || (!only && process.env.CITUS_URL)) await section('citus', async () => (await import('./citus.js')).citus);
 
 const chartSeries = Object.assign({}, ...sections.map((s) => s.chart ?? {})) as Record<string, Array<[number, number]>>;
 // Only a complete full run replaces the published report (docs/); a quick or failed run

@@ -9,6 +9,7 @@ import { after, afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { suiteStores, useStoreBackend, type StoreHarness } from './helpers/stores.js';
+import { citusNotice } from './helpers/citus-stores.js';
 import { eventually as eventuallyOn, realTime, virtualTime } from './helpers/wait.js';
 import { IdempotencyEngine, type BeginResult, type EngineOptions } from '../src/engine/engine.js';
 import type { Execution, IdempotencyEvent } from '../src/engine/execution.js';
@@ -44,6 +45,7 @@ function executionOf(result: BeginResult<unknown>): X {
   return (result as Extract<BeginResult<unknown>, { kind: 'execute' }>).execution;
 }
 
+citusNotice();
 for (const factory of suiteStores) {
   describe(`IdempotencyEngine on ${factory.name}`, () => {
     const conn = useStoreBackend(factory);

@@ -6,7 +6,9 @@
 import { describe } from 'node:test';
 import { storeContract } from './helpers/store-contract.js';
 import { storeFactories } from './helpers/stores.js';
+import { citusNotice } from './helpers/citus-stores.js';
 
+citusNotice();
 for (const factory of storeFactories) {
   describe(`store contract: ${factory.name}`, () => storeContract(factory));
 }

@@ -52,6 +52,12 @@ export interface PaymentsAppOptions {
    * @default new PostgresStore({ client: db })
    */
   store?: IdempotencyStore<Queryable>;
+  /**
+   * `citus`: `db` is a Citus coordinator; idem's table and `charges` are distributed by the
+   * tenant and co-located, so a charge's phases commit on one shard (run {@link migrate}
+   * with the same option). Not with `waitMs` (wait mode's notify). @default undefined
+   */
+  distributed?: 'citus';
   /** idem's protocol events (claimed, taken-over, lease-lost, …), for logs and counters. */
   onEvent?: (event: IdempotencyEvent) => void;
   /**
@@ -103,7 +109,14 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
   const waitMs = options.waitMs ?? 0;
   // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
-  const store = options.store ?? new PostgresStore({ client: db, storeTimeoutMs: options.storeTimeoutMs ?? 5000, notify: waitMs > 0 });
+  const store =
+    options.store ??
+    new PostgresStore({
+      client: db,
+      storeTimeoutMs: options.storeTimeoutMs ?? 5000,
+      notify: waitMs > 0,
+      ...(options.distributed ? { distributed: options.distributed } : {}),
+    });
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
@@ -146,10 +159,12 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
       const id = 'ch_' + randomUUID().replaceAll('-', '');
       const { rows } = await tx.query(
         `INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer, metadata)
-         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) RETURNING ${CREATED}`,
+         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) RETURNING created_at`,
         [id, tenant, idem.key, req.amount, req.currency, req.customer, JSON.stringify(req.metadata)],
       );
-      return { id, created: Number(rows[0]!.created) };
+      // Seconds computed here, not in RETURNING: Citus allows only IMMUTABLE functions there,
+      // and extract() of a timestamptz is STABLE.
+      return { id, created: Math.floor(new Date(rows[0]!.created_at as string | Date).getTime() / 1000) };
     });
     crash('after_charge_created');
 
@@ -161,7 +176,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
     crash('after_psp');
 
     return idem.respond(async (tx) => {
-      await tx.query(`UPDATE charges SET status = 'succeeded', psp_charge_id = $2 WHERE id = $1`, [charge.id, pspCharge.id]);
+      // By tenant too: on Citus the update then goes to the tenant's shard alone, with the key row.
+      await tx.query(`UPDATE charges SET status = 'succeeded', psp_charge_id = $2 WHERE id = $1 AND tenant = $3`, [charge.id, pspCharge.id, tenant]);
       crash('in_finish');
       return json(
         {
@@ -254,10 +270,16 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
   return { app, store, completer };
 }
 
-/** Creates idem's table and the example's tables. Safe to run on every start. */
-export async function migrate(db: Queryable & SqlClient): Promise<void> {
-  await new PostgresStore({ client: db }).migrate();
-  await migrateExample(db);
+/**
+ * Creates idem's table and the example's tables; with `distributed: 'citus'`, distributed by
+ * tenant and co-located (`store.distribute()`, then `charges` with `colocate_with`). Safe to
+ * run on every start.
+ */
+export async function migrate(db: Queryable & SqlClient, options: { distributed?: 'citus' } = {}): Promise<void> {
+  const store = new PostgresStore({ client: db, ...options });
+  await store.migrate();
+  if (options.distributed) await store.distribute();
+  await migrateExample(db, { colocateWith: options.distributed ? store.table : undefined });
 }
 
 async function authenticate(c: Context<Env>, next: () => Promise<void>) {

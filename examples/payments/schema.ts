@@ -7,11 +7,14 @@ import { type SqlClient, toExecutor } from 'idem/postgres';
  * processes starting at once on a fresh database: concurrent `CREATE TABLE IF NOT EXISTS`
  * can fail with a unique violation in pg_type, so they run under an advisory lock.
  */
-export async function migrateExample(db: SqlClient): Promise<void> {
+export async function migrateExample(db: SqlClient, options: { colocateWith?: string } = {}): Promise<void> {
+  // On Citus `charges` is distributed by tenant, co-located with idem's table (the scope is the
+  // tenant), so its primary key must hold the tenant.
+  const chargesKey = options.colocateWith ? 'PRIMARY KEY (tenant, id)' : 'PRIMARY KEY (id)';
   await toExecutor(db).transaction(async (tx) => {
     await tx.query(`SELECT pg_advisory_xact_lock(hashtext('idem:example:payments:migrate'))`);
     await tx.query(`CREATE TABLE IF NOT EXISTS charges (
-      id             text        PRIMARY KEY,
+      id             text        NOT NULL,
       tenant         text        NOT NULL,
       idempotency_key text       NOT NULL,
       amount         bigint      NOT NULL CHECK (amount > 0),
@@ -20,7 +23,8 @@ export async function migrateExample(db: SqlClient): Promise<void> {
       metadata       jsonb       NOT NULL DEFAULT '{}'::jsonb,
       status         text        NOT NULL DEFAULT 'pending',
       psp_charge_id  text,
-      created_at     timestamptz NOT NULL DEFAULT now()
+      created_at     timestamptz NOT NULL DEFAULT now(),
+      ${chargesKey}
     )`);
     await tx.query(`CREATE TABLE IF NOT EXISTS psp_charges (
       id              text        PRIMARY KEY,
@@ -30,5 +34,10 @@ export async function migrateExample(db: SqlClient): Promise<void> {
       customer        text        NOT NULL,
       created_at      timestamptz NOT NULL DEFAULT now()
     )`);
+    // psp_charges stays a table on the coordinator: the provider's own database in real life.
+    if (options.colocateWith) {
+      const done = await tx.query(`SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'charges'::regclass`);
+      if (done.rows.length === 0) await tx.query(`SELECT create_distributed_table('charges', 'tenant', colocate_with => $1)`, [options.colocateWith]);
+    }
   });
 }

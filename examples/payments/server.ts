@@ -12,7 +12,8 @@
  * database statement and of `/readyz`), PG_CONNECT_TIMEOUT_MS (5000), PG_QUERY_TIMEOUT_MS (10000).
  * IDEM_OTEL (console: OpenTelemetry spans and
  * metrics on stdout, see otel.ts), IDEM_WAIT_MS (0: a duplicate of a charge in progress waits
- * this long for its result instead of a 409). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
+ * this long for its result instead of a 409), IDEM_DISTRIBUTED (citus: DATABASE_URL is a Citus
+ * coordinator; the tables are distributed by tenant, co-located). PAYMENTS_CRASH_AT and PAYMENTS_CRASH_RATE
  * are test-only faults (see app.ts).
  */
 import { serve } from '@hono/node-server';
@@ -32,7 +33,10 @@ let redis: RedisClaims | undefined;
 try {
   db = await openDatabase(env);
   // IDEM_MIGRATE=0: the tables exist already (the chaos harness migrates once up front).
-  if (env.IDEM_MIGRATE !== '0') await migrate(db.client);
+  // IDEM_DISTRIBUTED=citus: DATABASE_URL is a Citus coordinator (docs/citus.md).
+  const distributed = env.IDEM_DISTRIBUTED === 'citus' ? ('citus' as const) : undefined;
+  if (env.IDEM_DISTRIBUTED !== undefined && !distributed) throw new Error("IDEM_DISTRIBUTED must be 'citus' or unset");
+  if (env.IDEM_MIGRATE !== '0') await migrate(db.client, { distributed });
   const psp = new FakePsp(db.client, {
     latencyMs: Number(env.PSP_LATENCY_MS ?? 50),
     failureRate: Number(env.PSP_FAILURE_RATE ?? 0),
@@ -58,6 +62,7 @@ try {
     ...(env.IDEM_EVENT_LOG === '1' ? { onEvent: logEvent } : {}),
     ...(otel ? { telemetry: otel.telemetry } : {}),
     waitMs: Number(env.IDEM_WAIT_MS ?? 0),
+    ...(distributed ? { distributed } : {}),
   });
   // Finishes charges whose client never retried (see src/http/completer.ts).
   if (completerIntervalMs > 0)

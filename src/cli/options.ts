@@ -15,6 +15,8 @@ export interface ConnectionOptions {
   dataDir?: string;
   table: string;
   partitioned?: boolean;
+  /** `migrate --distribute`: Citus mode, and distribute the tables by scope. */
+  distribute?: boolean;
   json?: boolean;
 }
 
@@ -73,7 +75,8 @@ export function retentionOption(): Option {
 
 /**
  * Opens the database and the store; the store's mode follows the table as it exists
- * (partitioned or plain), so only `migrate` needs `--partitioned`.
+ * (partitioned, plain, or distributed by Citus), so only `migrate` needs `--partitioned` or
+ * `--distribute`.
  */
 export async function withStore<T>(
   options: ConnectionOptions,
@@ -93,7 +96,11 @@ export async function withStore<T>(
       throw new CliError(`table ${options.table} does not exist in ${db.location}: run \`idem migrate\` first`);
     }
     const partitioned = options.partitioned || mode === 'partitioned';
-    if (partitioned) {
+    // A table Citus distributes is opened in Citus mode (per-shard sweep, its own statements).
+    if (options.distribute || (mode !== undefined && (await store.distribution()) === 'citus')) {
+      if (partitioned) throw new CliError('--distribute: a partitioned table cannot be distributed by idem (distribute a plain table)');
+      store = new PostgresStore({ client: db.client, table: options.table, distributed: 'citus' });
+    } else if (partitioned) {
       store = new PostgresStore({
         client: db.client,
         table: options.table,

@@ -37,15 +37,24 @@ export function buildProgram(io: CliIo = defaultIo): Command {
     .description('create or upgrade the key table (idempotent; safe from several hosts at once)')
     .option('--partitioned', 'create the table partitioned by created_at, one partition per UTC day')
     .addOption(new Option('--days-ahead <days>', 'partitioned: daily partitions to keep ready ahead of today').argParser(positiveInteger('--days-ahead')))
+    .option('--distribute', 'Citus (connect to the coordinator): distribute the table and <table>_blobs by scope, co-located')
     .action(async (options: ConnectionOptions & { daysAhead?: number }) => {
       await withStore(
         options,
         async (store, db) => {
           const result = await store.migrate();
-          const mode = store.partitioning ? 'partitioned' : 'plain';
+          const distributed = options.distribute ? await store.distribute() : undefined;
+          const mode = store.partitioning ? 'partitioned' : store.distributed ? 'distributed' : 'plain';
           if (options.json) {
             return io.out(
-              JSON.stringify({ table: store.table, mode, location: db.location, result: result.table, partitionsCreated: result.partitionsCreated }),
+              JSON.stringify({
+                table: store.table,
+                mode,
+                location: db.location,
+                result: result.table,
+                partitionsCreated: result.partitionsCreated,
+                ...(distributed ? { distributed } : {}),
+              }),
             );
           }
           io.out(
@@ -54,6 +63,15 @@ export function buildProgram(io: CliIo = defaultIo): Command {
               : `Table ${store.table} (${mode}) in ${db.location} is up to date.`,
           );
           if (result.partitionsCreated.length > 0) io.out(`Created partitions: ${result.partitionsCreated.join(', ')}.`);
+          if (distributed) {
+            const what = (r: 'distributed' | 'exists') => (r === 'distributed' ? 'distributed by scope now' : 'already distributed by scope');
+            io.out(
+              `${store.table}: ${what(distributed.table)}; ${store.table}_blobs: ${what(distributed.blobs)} (co-location group ${distributed.colocationId}).`,
+            );
+            io.out(`Co-locate each table a phase writes with it, distributed by the column that holds the scope (the tenant):`);
+            io.out(`  ${distributed.colocateHint}`);
+            io.out(`Open the store with { distributed: 'citus' } and connect through the coordinator.`);
+          }
         },
         { mustExist: false, daysAhead: options.daysAhead },
       );
@@ -180,7 +198,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
       await withStore(options, async (store, db) => {
         const stats = await store.stats(options.retention);
         if (options.json) return io.out(JSON.stringify(stats));
-        io.out(`${store.table} in ${db.location} (${store.partitioning ? 'partitioned' : 'plain'}):`);
+        io.out(`${store.table} in ${db.location} (${store.partitioning ? 'partitioned' : store.distributed ? 'distributed' : 'plain'}):`);
         io.out(`  rows:                       ${count(stats.total)} (started ${count(stats.started)}, done ${count(stats.done)})`);
         io.out(`  oldest row:                 ${iso(stats.oldest)}`);
         io.out(`  past retention, unswept:    ${count(stats.expiredUnswept)}`);

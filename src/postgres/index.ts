@@ -2,6 +2,7 @@ export { PostgresStore } from './store.js';
 export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PostgresStoreOptions, type PartitionOptions } from './options.js';
 export type { GroupBatch, GroupCommitOptions } from './group-commit.js';
 export type { SweepOptions, SweepProgress, SweepReport, SweepPlan } from './sweep.js';
+export type { DistributeResult } from './citus.js';
 export type { KeyInspection, StoreStats } from './inspect.js';
 export type { DashboardData, DashboardKey } from './dashboard.js';
 export { TableBlobStore, type BlobStore, type BlobRef } from './blob-store.js';

@@ -1,5 +1,6 @@
 /** Creating and upgrading the table, and telling a plain table from a partitioned one. */
 import { InvalidOptionError } from '../core/errors.js';
+import { checkDistribution } from './citus.js';
 import type { StoreContext } from './options.js';
 import { maintain } from './partitions.js';
 
@@ -7,6 +8,8 @@ import { maintain } from './partitions.js';
 export async function migrate(ctx: StoreContext): Promise<{ table: 'created' | 'exists'; partitionsCreated: string[] }> {
   const { maintenance: db } = ctx;
   const [lock, ...ddl] = (ctx.psql ?? ctx.sql).migrate;
+  // A Citus distributed table needs Citus mode's statements, and Citus mode needs Citus.
+  await checkDistribution(ctx);
   const table = await db.transaction(async (tx) => {
     await db.queryOn(tx, lock!, [ctx.table]);
     const kind = (await db.queryOn(tx, ctx.sql.tableKind, [ctx.table])).rows[0]?.kind;

@@ -4,7 +4,7 @@ import { type BlobStore, TableBlobStore } from './blob-store.js';
 import { channelName, notifyingStatements } from './notify.js';
 import { type SqlClient, type SqlExecutor, toExecutor } from './client.js';
 import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
-import { type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
+import { type CitusStatements, distributedStatements, type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
 
 /**
  * Bodies above 64 KiB go out of line by default. Below it, one statement claims or replays
@@ -93,6 +93,16 @@ export interface PostgresStoreOptions {
    * @default false
    */
   groupCommit?: boolean | GroupCommitOptions;
+  /**
+   * Citus mode: the table is (or will be, by `PostgresStore.distribute` or
+   * `idem migrate --distribute`) a Citus distributed table, distributed by `scope`, so that
+   * a tenant's business tables co-located with it commit a phase on one shard. The claim is
+   * insert-first, the takeover draws its token before its UPDATE, the sweep runs per shard
+   * (README, "Citus"). Connect through the coordinator. Not with `partitioned`, `groupCommit`
+   * or `notify`.
+   * @default undefined (a table on one PostgreSQL)
+   */
+  distributed?: 'citus';
 }
 
 /** Options of partitioned mode. */
@@ -140,6 +150,8 @@ export interface StoreContext {
   readonly client: PostgresStoreOptions['client'];
   /** Group commit's batchers when `groupCommit` is on, else undefined. */
   readonly group: GroupCommit | undefined;
+  /** Citus mode's own statements when `distributed` is 'citus', else undefined. */
+  readonly citus: CitusStatements | undefined;
 }
 
 /**
@@ -156,11 +168,13 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
   const db = toExecutor(options.client, { timeoutMs, maxWaiting });
   const table = options.table ?? 'idempotency_keys';
   let sql: Statements;
+  let citusSql: CitusStatements | undefined;
   try {
     sql = statements(table);
   } catch (error) {
     throw new InvalidOptionError((error as Error).message);
   }
+  if (citusMode(options)) ({ sql, citus: citusSql } = distributedStatements(table, sql));
   // Partitioned mode drops whole partitions, and a foreign key cannot reference (scope, key)
   // on a partitioned table (its unique keys include created_at), so the default table blob
   // store has nothing to cascade from: bodies stay inline unless an external blob store,
@@ -189,7 +203,46 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
   const channel = options.notify ? channelName(table) : undefined;
   if (channel) sql = notifyingStatements(sql, channel);
   const group = groupCommit(options, db, sql, timeoutMs, channel === undefined);
-  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher, channel, client: options.client, group };
+  return {
+    table,
+    db,
+    maintenance: toExecutor(options.client),
+    sql,
+    psql,
+    partitioning,
+    inlineMaxBytes,
+    blobs,
+    cipher,
+    channel,
+    client: options.client,
+    group,
+    citus: citusSql,
+  };
+}
+
+/**
+ * Whether the store is in Citus mode.
+ * @throws {InvalidOptionError} for another value, or with `partitioned`, `groupCommit` or `notify`
+ */
+function citusMode(options: PostgresStoreOptions): boolean {
+  if (options.distributed === undefined) return false;
+  if (options.distributed !== 'citus') throw new InvalidOptionError("idem/postgres: distributed must be 'citus' or left out");
+  if (options.partitioned) {
+    throw new InvalidOptionError(
+      'idem/postgres: distributed and partitioned do not combine: a partitioned claim serialises on a per-node advisory lock; distribute a plain table',
+    );
+  }
+  if (options.groupCommit) {
+    throw new InvalidOptionError(
+      "idem/postgres: distributed does not combine with groupCommit: a batch spans shards, so its one commit becomes a two-phase commit over every shard's node",
+    );
+  }
+  if (options.notify) {
+    throw new InvalidOptionError(
+      "idem/postgres: distributed does not combine with notify: Citus routes a key's statement, its pg_notify included, to the shard's worker, where no listener is; use inProgress: 'reject' or a polling wait",
+    );
+  }
+  return true;
 }
 
 /** Group commit's batchers, or undefined when the option is off. @throws {InvalidOptionError} */

@@ -13,6 +13,7 @@
  * rolls back whatever it did in the same transaction.
  */
 import { blobStatements, blobTableStatement } from './sql/blobs.js';
+import { citusMaintenanceStatements, citusStatements } from './sql/citus.js';
 import { claimStatements, partitionedClaimStatements } from './sql/claim.js';
 import { completerStatements } from './sql/completer.js';
 import { dashboardStatements } from './sql/dashboard.js';
@@ -25,6 +26,7 @@ import { sweepStatements } from './sql/sweep.js';
 import { tableNames } from './sql/table.js';
 
 export { quoteTable } from './sql/table.js';
+export { citusCatalog } from './sql/citus.js';
 
 /** Statements for one table; each is documented where it is written, in `sql/`. */
 export interface Statements {
@@ -146,4 +148,18 @@ export function partitionedStatements(table: string): PartitionedStatements {
     ...partitionedClaimStatements(names),
     ...partitionStatements(names),
   };
+}
+
+/** Citus mode's own statements: distribution, and the per-shard sweep (sql/citus.ts). */
+export type CitusStatements = ReturnType<typeof citusMaintenanceStatements>;
+
+/**
+ * Citus mode (`distributed: 'citus'`): `base` with the claim, the takeover and the replacement
+ * past retention in the forms Citus accepts on a distributed table, and the statements of
+ * distribution and the per-shard sweep. See sql/citus.ts.
+ * @throws {Error} for an invalid or too long table name
+ */
+export function distributedStatements(table: string, base: Statements): { sql: Statements; citus: CitusStatements } {
+  const names = tableNames(table);
+  return { sql: { ...base, ...citusStatements(names, base) }, citus: citusMaintenanceStatements(names) };
 }

@@ -12,6 +12,7 @@ import type {
   RequestSnapshot,
   TakeOverResult,
 } from '../store/types.js';
+import { type DistributeResult, distribute, distributionOf } from './citus.js';
 import { claim, takeOver } from './claim.js';
 import type { Queryable } from './client.js';
 import { commitRecord, commitWithEffects } from './commit.js';
@@ -26,6 +27,7 @@ import { snapshotJson, toRecord, toSnapshot } from './rows.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
 
 export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PartitionOptions, type PostgresStoreOptions } from './options.js';
+export type { DistributeResult } from './citus.js';
 export type { DashboardData, DashboardKey } from './dashboard.js';
 export type { KeyInspection, StoreStats } from './inspect.js';
 export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './sweep.js';
@@ -50,6 +52,8 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   readonly table: string;
   /** Partitioned mode's options, or undefined for a plain table. */
   readonly partitioning: Required<PartitionOptions> | undefined;
+  /** `citus` in Citus mode (option `distributed`), else undefined. */
+  readonly distributed: 'citus' | undefined;
   private readonly ctx: StoreContext;
 
   /**
@@ -60,6 +64,7 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     this.ctx = storeContext(options);
     this.table = this.ctx.table;
     this.partitioning = this.ctx.partitioning;
+    this.distributed = this.ctx.citus ? 'citus' : undefined;
     if (this.ctx.channel) {
       const hub = new KeyChangeHub(this.ctx.client, this.ctx.channel);
       this.subscribe = (scope, key) => hub.subscribe(scope, key);
@@ -89,6 +94,27 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
   /** The table as it exists now: `plain`, `partitioned`, or undefined when it does not exist (not migrated). */
   tableMode(): Promise<'plain' | 'partitioned' | undefined> {
     return tableMode(this.ctx);
+  }
+
+  /**
+   * Citus mode: distributes the key table by `scope` and `<table>_blobs` co-located with it
+   * (`create_distributed_table`), if they are not yet; run it after {@link migrate}, through
+   * the coordinator. Then co-locate the tenant's business tables with
+   * `create_distributed_table('<your_table>', '<tenant column>', colocate_with => '<table>')`
+   * so that a phase's business write and its recovery point commit on one shard.
+   * Idempotent.
+   *
+   * @returns what it did, the co-location group and the call that co-locates a business table
+   * @throws {InvalidOptionError} on a store without `distributed: 'citus'`, without the citus
+   *   extension, or a table distributed by another column
+   */
+  distribute(): Promise<DistributeResult> {
+    return distribute(this.ctx);
+  }
+
+  /** `citus` when the table is a Citus table distributed by hash, else undefined (no Citus, plain table, not migrated). */
+  async distribution(): Promise<'citus' | undefined> {
+    return (await distributionOf(this.ctx, this.table)) ? 'citus' : undefined;
   }
 
   /**
@@ -170,7 +196,8 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    * (database clock, fixed when the sweep starts) whose lease is not valid. A plain table is
    * swept in batches by key range, oldest first, skipping rows locked right now; a partitioned
    * one by dropping each partition whose whole day is past retention (one statement each,
-   * kept while a lease in it is valid). Safe to run from several hosts at once: no row is
+   * kept while a lease in it is valid); in Citus mode one batch on every shard at once,
+   * skipping locked rows on each. Safe to run from several hosts at once: no row is
    * deleted twice and no sweeper waits on a live claim.
    *
    * @returns the number of rows deleted

@@ -2,6 +2,7 @@
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
 import type { StoreContext } from './options.js';
+import { sweepShards } from './citus.js';
 import { dropPartition, expiredPartitions } from './partitions.js';
 
 /** Progress of a sweep, reported after each batch (plain mode) or partition (partitioned mode). */
@@ -92,6 +93,18 @@ export async function sweepReport(ctx: StoreContext, options: SweepOptions = {})
       }
     }
     return report(false, kept);
+  }
+  if (ctx.citus) {
+    // Citus mode: one batch on every shard per statement, until no shard's batch is full.
+    while (Date.now() < deadline) {
+      const batch = await sweepShards(ctx, cutoff, batchSize);
+      progress.batches++;
+      progress.deleted += batch.deleted;
+      progress.scanned += batch.scanned;
+      options.onProgress?.({ ...progress });
+      if (batch.more === 0) return report(false);
+    }
+    return report(true);
   }
   // Cursor (created_at µs, scope, key): starts before any row (year 1653), moves after each batch.
   let cursor: [string, string, string] = ['-10000000000000000', '', ''];

@@ -18,6 +18,7 @@ import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
 import { keyRows, type KeyRow } from './http.js';
 import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
+import { citusFactories } from './citus-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -113,13 +114,17 @@ export interface StoreFactory {
 
 const q = (client: SqlClient): Queryable => client as Queryable;
 
-/** The PostgreSQL store on `open()`'s client; every `fresh()` a new table. */
-function postgresFactory(
+/**
+ * The PostgreSQL store on `open()`'s client; every `fresh()` a new table, handed to `prepare`
+ * after `migrate()` (Citus: distribute it).
+ */
+export function postgresFactory(
   name: string,
   open: () => Promise<{ client: SqlClient; close(): Promise<void> }>,
   partitioned: boolean,
   contractOnly = false,
   options: Partial<PostgresStoreOptions> = {},
+  prepare?: (store: PostgresStore) => Promise<unknown>,
 ): StoreFactory {
   return {
     name,
@@ -136,6 +141,7 @@ function postgresFactory(
           const side = `${table}_side`;
           const store = new PostgresStore({ ...options, client, table, partitioned });
           await store.migrate();
+          await prepare?.(store);
           await q(client).query(`CREATE TABLE "${side}" (id serial PRIMARY KEY, note text NOT NULL)`);
           const where = `WHERE scope = $1 AND key = $2`;
           const harness: StoreHarness<Queryable> = {
@@ -147,9 +153,12 @@ function postgresFactory(
             },
             effects: async () => (await q(client).query(`SELECT note FROM "${side}" ORDER BY id`)).rows.map((r) => String(r.note)),
             async age(scope, key, ms) {
+              // Through UTC timestamps: `timestamptz - interval` is STABLE (it depends on the
+              // session's time zone), and Citus refuses a STABLE function of a column in an UPDATE.
+              const back = (column: string) => `((${column} AT TIME ZONE 'UTC') - $3::int8 * interval '1 millisecond') AT TIME ZONE 'UTC'`;
               await q(client).query(
-                `UPDATE "${table}" SET created_at = created_at - $3::int8 * interval '1 millisecond',
-                   locked_until = locked_until - $3::int8 * interval '1 millisecond' ${where}`,
+                `UPDATE "${table}" SET created_at = ${back('created_at')},
+                   locked_until = ${back('locked_until')} ${where}`,
                 [scope, key, ms],
               );
             },
@@ -333,6 +342,8 @@ export const storeFactories: StoreFactory[] = [
     : []),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
+  // Citus (tables distributed by scope) when CITUS_URL is set: test/helpers/citus-stores.ts.
+  ...citusFactories(postgresFactory),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
 
 /** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */

@@ -49,8 +49,16 @@ export function migrateStatements(n: TableNames, mode: 'plain' | 'partitioned'):
     `CREATE SEQUENCE IF NOT EXISTS ${seq}`,
     createTable,
     `CREATE INDEX IF NOT EXISTS "${bare}_created_at_idx" ON ${t} (created_at)`,
-    // Dropping the table drops its token sequence too.
-    `ALTER SEQUENCE ${seq} OWNED BY ${t}.lock_version`,
+    // Dropping the table drops its token sequence too. Set only when missing: an up-to-date
+    // table takes no lock for it, and Citus refuses any ALTER SEQUENCE on a distributed
+    // table's sequence ("Altering a distributed sequence is currently not supported").
+    `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+            WHERE d.classid = 'pg_class'::regclass AND d.objid = ${literal(seq)}::regclass AND d.deptype = 'a'
+              AND d.refobjid = ${regclass}::regclass AND a.attname = 'lock_version') THEN
+          ALTER SEQUENCE ${seq} OWNED BY ${t}.lock_version;
+        END IF;
+      END $$`,
     // Upgrade a table created by an earlier version: add claim_id; and where tokens came
     // from DEFAULT 0, move the sequence above every token in use, then switch the default.
     // Each step runs only when needed (no lock taken on an up-to-date table).

@@ -29,7 +29,7 @@ export interface Database {
 }
 
 export interface Backend {
-  name: 'pglite' | 'postgres';
+  name: 'pglite' | 'postgres' | 'citus';
   /** True when two servers (or a server and the test) can use one database at once. */
   multiProcess: boolean;
   setup(): Promise<void>;
@@ -106,34 +106,70 @@ export function pgliteBackend(): Backend {
   };
 }
 
+/** Runs `statements` on a connection of its own to `url`, in order; the last one's rows. */
+async function runOn(url: string, ...statements: Array<[string, unknown[]?]>): Promise<Rows> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    let rows: Rows = [];
+    for (const [sql, params] of statements) rows = (await client.query(sql, params)).rows as Rows;
+    return rows;
+  } finally {
+    await client.end();
+  }
+}
+
 export function postgresBackend(adminUrl: string): Backend {
+  return sqlBackend('postgres', adminUrl);
+}
+
+/**
+ * A Citus cluster through its coordinator at `coordinatorUrl` (CITUS_URL): a fresh database
+ * for the test file with the citus extension on every node and the same workers, and servers
+ * started with IDEM_DISTRIBUTED=citus (tables distributed by tenant, co-located).
+ */
+export function citusBackend(coordinatorUrl: string): Backend {
+  return sqlBackend('citus', coordinatorUrl);
+}
+
+function sqlBackend(kind: 'postgres' | 'citus', adminUrl: string): Backend {
   const name = `idem_payments_${rand()}`;
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
   let pool: pg.Pool | undefined;
-  const admin = async (sql: string) => {
-    const client = new pg.Client({ connectionString: adminUrl });
-    await client.connect();
-    try {
-      await client.query(sql);
-    } finally {
-      await client.end();
-    }
-  };
+  // Citus: CREATE and DROP DATABASE reach the workers too.
+  const propagate: Array<[string]> = kind === 'citus' ? [['SET citus.enable_create_database_propagation = on']] : [];
   return {
-    name: 'postgres',
+    name: kind,
     multiProcess: true,
     async setup() {
-      await admin(`CREATE DATABASE "${name}"`);
+      await runOn(adminUrl, ...propagate, [`CREATE DATABASE "${name}"`]);
+      if (kind === 'citus') {
+        // The new database's own Citus metadata: the extension on every node, the same workers.
+        const nodes = await runOn(adminUrl, [`SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport`]);
+        for (const node of nodes) {
+          const worker = new URL(url);
+          worker.hostname = String(node.nodename);
+          worker.port = String(node.nodeport);
+          await runOn(worker.toString(), ['CREATE EXTENSION IF NOT EXISTS citus']);
+        }
+        const coordinator = new URL(adminUrl);
+        await runOn(
+          url.toString(),
+          ['CREATE EXTENSION IF NOT EXISTS citus'],
+          [`SELECT citus_set_coordinator_host($1, $2)`, [coordinator.hostname, Number(coordinator.port || 5432)]],
+          ...nodes.map((node): [string, unknown[]] => [`SELECT citus_add_node($1, $2)`, [node.nodename, node.nodeport]]),
+        );
+      }
       pool = new pg.Pool({ connectionString: url.toString(), max: 4 });
     },
     async teardown() {
       await pool?.end();
-      await admin(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await runOn(adminUrl, ...propagate, [`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`]);
     },
     database() {
       return {
-        env: { DATABASE_URL: url.toString() },
+        env: { DATABASE_URL: url.toString(), ...(kind === 'citus' ? { IDEM_DISTRIBUTED: 'citus' } : {}) },
         async inspect<S extends Statements>(statements: S) {
           const out: Record<string, Rows> = {};
           for (const [name, { sql, params }] of Object.entries(statements)) out[name] = (await pool!.query(sql, params)).rows as Rows;

@@ -4,7 +4,7 @@
  * long-lived shared server per backend and every server it started killed at the end.
  */
 import { after, before, describe, test } from 'node:test';
-import { localRows, pgliteBackend, postgresBackend, type Backend, type Database, type Rows } from './databases.js';
+import { citusBackend, localRows, pgliteBackend, postgresBackend, type Backend, type Database, type Rows } from './databases.js';
 import { startServer, type Server } from './servers.js';
 
 /** A scenario's ceiling: generous, for a busy two-core machine. */
@@ -37,11 +37,13 @@ export function paymentsSuite(title: string, scenarios: (env: PaymentsEnv) => vo
   const { warmShared = true } = options;
   const backends: Backend[] = [pgliteBackend()];
   if (process.env.DATABASE_URL) backends.push(postgresBackend(process.env.DATABASE_URL));
+  if (process.env.CITUS_URL) backends.push(citusBackend(process.env.CITUS_URL));
 
   describe(title, { concurrency: true }, () => {
     if (!process.env.DATABASE_URL) {
       test('postgres backend', { skip: 'DATABASE_URL is not set: PostgreSQL backend not run' }, () => undefined);
     }
+    if (!process.env.CITUS_URL) test('citus backend', { skip: 'CITUS_URL is not set: Citus backend not run' }, () => undefined);
     for (const backend of backends) {
       describe(backend.name, { concurrency: true }, () => {
         /** Every server this suite started, killed in `after`. */
