@@ -20,10 +20,11 @@ import { IdempotencyEngine } from '../src/engine/engine.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { statements } from '../src/postgres/sql.js';
 import { postgresjs } from '../src/postgresjs/index.js';
+import { idemSide } from './library.js';
 import type { BenchConfig } from './lib/config.js';
 import { uniqueTable } from './lib/config.js';
 import { BODY, dropTable, FINGERPRINT, fillDone, HEADERS, keyTable, SCOPE, type Section } from './lib/fixtures.js';
-import { closedLoop, fmtMs, fmtNoise, fmtRate, interleave, ratio, type Sampled } from './lib/measure.js';
+import { closedLoop, comparisonCells, interleave, ratio, type Sampled } from './lib/measure.js';
 
 const REPLAY_KEYS = 1000;
 const LEASE_MS = 60_000;
@@ -65,50 +66,24 @@ function rawSide(sql: postgres.Sql, table: string) {
   };
 }
 
-/** The idem side: the engine on the PostgreSQL store over the postgres.js driver. */
-function idemSide(engine: IdempotencyEngine<postgres.TransactionSql>) {
-  return {
-    async newRequest(): Promise<void> {
-      const begun = await engine.begin({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT });
-      if (begun.kind !== 'execute') throw new Error(`expected a claim, got ${begun.kind}`);
-      await begun.execution.finish({ status: 201, headers: HEADERS, body: BODY });
-    },
-    async replay(i: number): Promise<void> {
-      const begun = await engine.begin({ scope: SCOPE, key: `k${(i % REPLAY_KEYS) + 1}`, fingerprint: FINGERPRINT });
-      if (begun.kind !== 'replay') throw new Error(`expected a replay, got ${begun.kind}`);
-    },
-  };
-}
-
 function table(rows: Row[]): string {
   const lines = [
     '| concurrency | case | raw ops/s | idem ops/s | idem / raw | statements raw / idem | raw p50 / p99 ms | idem p50 / p99 ms | noise raw / idem |',
     '|---:|---|---:|---:|---:|---:|---:|---:|---:|',
   ];
-  for (const r of rows) {
-    for (const c of r.cases) {
-      const cells = [
-        String(r.concurrency),
-        c.label,
-        fmtRate(c.raw.opsPerSec),
-        fmtRate(c.idem.opsPerSec),
-        `**${ratio(c.idem.opsPerSec, c.raw.opsPerSec)}**`,
-        `${c.rawStatements} / ${c.idemStatements}`,
-        `${fmtMs(c.raw.p50Ms)} / ${fmtMs(c.raw.p99Ms)}`,
-        `${fmtMs(c.idem.p50Ms)} / ${fmtMs(c.idem.p99Ms)}`,
-        `${fmtNoise(c.raw.noise)} / ${fmtNoise(c.idem.noise)}`,
-      ];
-      lines.push(`| ${cells.join(' | ')} |`);
-    }
-  }
-  return lines.join('\n');
+  const cells = rows.flatMap((r) =>
+    r.cases.map((c) => {
+      const { rates, spread } = comparisonCells(c.raw, c.idem);
+      return [String(r.concurrency), c.label, ...rates, `${c.rawStatements} / ${c.idemStatements}`, ...spread];
+    }),
+  );
+  return [...lines, ...cells.map((row) => `| ${row.join(' | ')} |`)].join('\n');
 }
 
 /** PostgreSQL through postgres.js: idem vs the same statements raw on the same client. */
 export async function postgresJsLibrary(cfg: BenchConfig, log: (line: string) => void): Promise<Section> {
+  const [idemTable, rawTable] = [uniqueTable('pgjs_idem'), uniqueTable('pgjs_raw')];
   const admin = new pg.Pool({ connectionString: cfg.databaseUrl, max: 1 });
-  const idemTable = uniqueTable('pgjs_idem');
-  const rawTable = uniqueTable('pgjs_raw');
   const rows: Row[] = [];
   try {
     for (const t of [idemTable, rawTable]) {
