@@ -7,7 +7,8 @@ import { createHash } from 'node:crypto';
 import type { ExecutorLimits, PoolClientLike, PoolLike, Queryable, QueryResultLike, SqlExecutor } from './client.js';
 import { deadline, describeStatement, hasDeadline, StoreTimeoutError } from './deadline.js';
 
-export { StoreTimeoutError } from './deadline.js';
+/** The error lives with the other stores' deadline (src/store/deadline.ts); re-exported from its old path. */
+export { StoreTimeoutError };
 
 /**
  * node-postgres runs a query config with a `name` as a prepared statement, parsed and
