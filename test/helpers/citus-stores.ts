@@ -8,8 +8,8 @@
 import { test } from 'node:test';
 import pg from 'pg';
 import type { PostgresStore, PostgresStoreOptions } from '../../src/postgres/index.js';
-import type { SqlClient } from '../../src/postgres/client.js';
-import type { StoreFactory } from './stores.js';
+import type { Queryable, SqlClient } from '../../src/postgres/client.js';
+import type { PostgresClient, StoreFactory } from './stores.js';
 
 /** The coordinator's URL, e.g. postgres://postgres@127.0.0.1:9700/postgres, or undefined. */
 export const CITUS_URL = process.env.CITUS_URL;
@@ -17,17 +17,25 @@ export const CITUS_URL = process.env.CITUS_URL;
 /** `postgresFactory` of stores.ts, passed in so that this file imports nothing of it at run time. */
 type PostgresFactory = (
   name: string,
-  open: () => Promise<{ client: SqlClient; close(): Promise<void> }>,
+  open: () => Promise<PostgresClient<Queryable>>,
   partitioned: boolean,
   contractOnly?: boolean,
-  options?: Partial<PostgresStoreOptions>,
-  prepare?: (store: PostgresStore) => Promise<unknown>,
+  options?: Partial<PostgresStoreOptions<Queryable>>,
+  prepare?: (store: PostgresStore<Queryable>) => Promise<unknown>,
 ) => StoreFactory;
 
 /** A pool on the coordinator. */
-export async function openCitus(): Promise<{ client: SqlClient; close(): Promise<void> }> {
+export async function openCitus(): Promise<PostgresClient<Queryable>> {
   const pool = new pg.Pool({ connectionString: CITUS_URL, max: 20 });
-  return { client: pool as SqlClient, close: () => pool.end() };
+  const client = pool as SqlClient;
+  return {
+    client,
+    raw: client,
+    sql: client,
+    insert: async (tx, side, note) => void (await tx.query(`INSERT INTO "${side}" (note) VALUES ($1)`, [note])),
+    inTx: (tx, text, params) => tx.query(text, params),
+    close: () => pool.end(),
+  };
 }
 
 /** The Citus store entries: none without CITUS_URL. */
