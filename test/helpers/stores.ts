@@ -18,6 +18,7 @@ import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
 import { keyRows, type KeyRow } from './http.js';
 import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
+import { ormStoreFactories } from './orm-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -331,6 +332,8 @@ export const storeFactories: StoreFactory[] = [
         postgresFactory('PostgresStore (group commit) on PostgreSQL', openPostgres, false, true, { groupCommit: true }),
       ]
     : []),
+  // Kysely (PGlite, and PostgreSQL) and Prisma (PostgreSQL) over the plain entry's backdoors.
+  ...ormStoreFactories((name, on) => postgresFactory(name, on === 'pglite' ? openPglite : openPostgres, false)),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import type { KeyRef, StoredResponse } from '../../../src/store/types.js';
 import {
   LONG_LEASE_MS,
+  SCOPE,
   RETENTION_MS,
   fp,
   claimInput,
@@ -140,6 +141,18 @@ export function writeSuite(c: ContractContext): void {
       assert.deepEqual(await store().commit(stale, phase('p1'), h().effect('stale')), { kind: 'fenced' });
       await expectEffects(c, [], ['stale'], 'the stale worker’s effect was rolled back');
       assert.deepEqual(await snapshot('k'), before);
+    });
+
+    it('is fenced when the token moves on while the effects run, in their transaction (the fenced write shares it)', async () => {
+      const token = claimedToken(await store().claim(claimInput('k')));
+      const result = await store().commit(ref('k', token), phase('p1'), async (tx) => {
+        const value = await h().effect('raced')(tx);
+        await h().staleInTx(tx, SCOPE, 'k'); // a takeover racing this commit, inside its transaction
+        return value;
+      });
+      assert.deepEqual(result, { kind: 'fenced' });
+      await expectEffects(c, [], ['raced'], 'the raced effect was rolled back');
+      if (c.caps.atomicEffects !== false) assert.equal(await h().tokenOf(SCOPE, 'k'), token, 'the token move rolled back with the effects');
     });
 
     it('rolls back everything and rethrows when the effects throw', async () => {
