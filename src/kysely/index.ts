@@ -7,7 +7,9 @@
  * Kysely is an optional peer dependency (kysely >= 0.27): this module never imports it; it
  * uses the instance it is given, through the slice of its API declared below. Any PostgreSQL
  * dialect works: `PostgresDialect` on a `pg.Pool`, Kysely's `PGliteDialect`, or another whose
- * rows carry node-postgres's value types (see {@link SqlDriver}).
+ * rows carry node-postgres's value types (see {@link SqlDriver}). Rows are passed on as the
+ * dialect gives them, not copied (PGlite's `int8` is a bigint, which idem reads as it does on
+ * a PGlite client).
  *
  * @example
  * ```ts
@@ -97,7 +99,7 @@ export function kysely<Tx extends KyselyTransactionLike>(db: KyselyLike<Tx>): Sq
   const plain = db.withoutPlugins();
   return {
     kind: SQL_DRIVER,
-    name: 'kysely',
+    name: 'Kysely',
     query: (text, params) => run(plain, text, params),
     transaction: (fn) =>
       db.transaction().execute((trx) => {

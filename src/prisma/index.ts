@@ -54,11 +54,12 @@ const RETURNS_ROWS = /^\s*(select|with|values|table|show)\b|\breturning\b/i;
 
 /**
  * A value as node-postgres would give it: Prisma reads `int8` as a BigInt and `numeric` as a
- * Decimal object, node-postgres both as strings (the type idem's row decoding expects).
+ * Decimal (decimal.js, its `toString()` drops trailing zeros), node-postgres both as strings
+ * (the type idem's row decoding expects).
  */
 function pgValue(value: unknown): unknown {
   if (typeof value === 'bigint') return String(value);
-  if (value !== null && typeof value === 'object' && (value as object).constructor?.name === 'Decimal') return String(value);
+  if (value !== null && typeof value === 'object' && Object.prototype.toString.call(value) === '[object Decimal]') return String(value);
   return value;
 }
 
@@ -89,7 +90,7 @@ export function prisma<Tx extends PrismaRawLike>(client: PrismaLike<Tx>, options
   const txOptions = options.transaction;
   return {
     kind: SQL_DRIVER,
-    name: 'prisma',
+    name: 'Prisma',
     query: (text, params) => run(client, text, params),
     transaction: <T>(fn: (tx: Tx, sql: Queryable) => Promise<T>) =>
       Promise.resolve(client.$transaction((tx) => fn(tx, { query: (text, params) => run(tx, text, params) }), txOptions)),
