@@ -94,6 +94,10 @@ for (const backend of backends) {
       }
     });
 
+    it('runs a SELECT of a void function (the advisory lock idem’s migrate and partitioned claim take)', async () => {
+      await driver.transaction(async (_tx, q) => void (await q.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, ['idem_test_driver'])));
+    });
+
     it('commits idem’s statements and the client’s own with the transaction, and rolls both back on a throw', async () => {
       const t = tableName('idem_test_driver');
       await driver.query(`CREATE TABLE "${t}" (note text)`);
@@ -161,6 +165,45 @@ describe('idem/kysely', () => {
 });
 
 describe('idem/prisma', () => {
+  it('a phase’s model create commits with the recovery point, and is rolled back when the phase is fenced', { skip: !process.env.DATABASE_URL && 'needs DATABASE_URL' }, async () => {
+    generatePrismaClient();
+    const { PrismaClient } = await import('./helpers/prisma/generated/client.js');
+    const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+    const client = new PrismaClient({ adapter: new PrismaPg(pool) });
+    const table = tableName();
+    // Past Prisma's 5 s default: on a loaded machine migrate's dozen DDL statements in one transaction can take longer.
+    const store = new PostgresStore({ client: prisma(client, { transaction: { maxWait: 10_000, timeout: 60_000 } }), table });
+    try {
+      // The model's table is fixed by the schema and shared: one creation across parallel files.
+      await pool.query(`BEGIN; SELECT pg_advisory_xact_lock(hashtext('idem_test_prisma_effects'));
+        CREATE TABLE IF NOT EXISTS idem_test_prisma_effects (id serial PRIMARY KEY, run text NOT NULL, note text NOT NULL); COMMIT`);
+      await store.migrate();
+      const claimed = await store.claim({ scope: 's', key: 'k', fingerprint: new Uint8Array(32), leaseMs: 60_000, retentionMs: 60_000 });
+      const ref = { scope: 's', key: 'k', token: (claimed as { token: number }).token };
+      const record = (phase: string) => (value: unknown) => ({ kind: 'phase' as const, phase, result: value, leaseMs: 60_000 });
+      const kept = await store.commit(ref, record('p1'), (tx) => tx.effect.create({ data: { run: table, note: 'kept' } }));
+      assert.equal(kept.kind, 'ok');
+      const fenced = await store.commit(ref, record('p2'), async (tx) => {
+        await tx.effect.create({ data: { run: table, note: 'fenced' } });
+        // A takeover racing this phase, in its transaction: the fenced write then matches no row.
+        await tx.$executeRawUnsafe(`UPDATE "${table}" SET lock_version = lock_version + 1 WHERE scope = $1 AND key = $2`, 's', 'k');
+      });
+      assert.deepEqual(fenced, { kind: 'fenced' });
+      const notes = await client.effect.findMany({ where: { run: table }, orderBy: { id: 'asc' } });
+      assert.deepEqual(
+        notes.map((n) => n.note),
+        ['kept'],
+        'the fenced phase left no row',
+      );
+      assert.equal((await store.get('s', 'k', 60_000))?.recoveryPoint, 'p1');
+    } finally {
+      await pool.query(`DELETE FROM idem_test_prisma_effects WHERE run = $1`, [table]);
+      await pool.query(`DROP TABLE IF EXISTS "${table}_blobs"; DROP TABLE IF EXISTS "${table}"; DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
+      await client.$disconnect();
+      await pool.end();
+    }
+  });
+
   it('refuses anything not a PrismaClient with a TypeError', () => {
     assert.throws(() => prisma({ $queryRawUnsafe() {} } as never), /PrismaClient/);
     assert.throws(() => prisma(null as never), TypeError);

@@ -53,6 +53,13 @@ export interface PrismaDriverOptions {
 const RETURNS_ROWS = /^\s*(select|with|values|table|show)\b|\breturning\b/i;
 
 /**
+ * A SELECT of an advisory lock (idem's migrate and partitioned claim take one): its column is
+ * `void`, which Prisma's raw query cannot read ("Failed to deserialize column of type 'void'"),
+ * so it runs with `$executeRawUnsafe`; its (empty) result is not used.
+ */
+const VOID_LOCK = /^\s*select\s+pg_advisory(_xact)?_lock(_shared)?\s*\(/i;
+
+/**
  * A value as node-postgres would give it: Prisma reads `int8` as a BigInt and `numeric` as a
  * Decimal (decimal.js, its `toString()` drops trailing zeros), node-postgres both as strings
  * (the type idem's row decoding expects).
@@ -65,7 +72,7 @@ function pgValue(value: unknown): unknown {
 
 /** Runs `text` on `db` with Prisma's result as `{ rows, rowCount }`. */
 async function run(db: PrismaRawLike, text: string, params: unknown[] = []): Promise<QueryResultLike> {
-  if (!RETURNS_ROWS.test(text)) {
+  if (!RETURNS_ROWS.test(text) || VOID_LOCK.test(text)) {
     const count = await db.$executeRawUnsafe(text, ...params);
     return { rows: [], rowCount: count };
   }
