@@ -165,7 +165,9 @@ describe('idem/kysely', () => {
 });
 
 describe('idem/prisma', () => {
-  it('a phase’s model create commits with the recovery point, and is rolled back when the phase is fenced', { skip: !process.env.DATABASE_URL && 'needs DATABASE_URL' }, async () => {
+  it('a phase’s model create commits with the recovery point, and is rolled back when the phase is fenced', {
+    skip: !process.env.DATABASE_URL && 'needs DATABASE_URL',
+  }, async () => {
     generatePrismaClient();
     const { PrismaClient } = await import('./helpers/prisma/generated/client.js');
     const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });

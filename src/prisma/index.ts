@@ -92,7 +92,8 @@ async function run(db: PrismaRawLike, text: string, params: unknown[] = []): Pro
  * @throws {TypeError} when `client` has no `$queryRawUnsafe`, `$executeRawUnsafe` and `$transaction`
  */
 export function prisma<Tx extends PrismaRawLike>(client: PrismaLike<Tx>, options: PrismaDriverOptions = {}): SqlDriver<Tx> {
-  const valid = client && ['$queryRawUnsafe', '$executeRawUnsafe', '$transaction'].every((m) => typeof (client as unknown as Record<string, unknown>)[m] === 'function');
+  const valid =
+    client && ['$queryRawUnsafe', '$executeRawUnsafe', '$transaction'].every((m) => typeof (client as unknown as Record<string, unknown>)[m] === 'function');
   if (!valid) throw new TypeError('idem/prisma: pass a PrismaClient (new PrismaClient({ adapter }))');
   const txOptions = options.transaction;
   return {

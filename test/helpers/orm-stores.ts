@@ -84,7 +84,10 @@ export function ormStoreFactories(postgresFactory: PostgresFactory): StoreFactor
   return [
     postgresFactory('PostgresStore on Kysely (PGlite)', openKyselyPglite, false, true),
     ...(process.env.DATABASE_URL
-      ? [postgresFactory('PostgresStore on Kysely (PostgreSQL)', openKyselyPostgres, false), postgresFactory('PostgresStore on Prisma (PostgreSQL)', openPrisma, false)]
+      ? [
+          postgresFactory('PostgresStore on Kysely (PostgreSQL)', openKyselyPostgres, false),
+          postgresFactory('PostgresStore on Prisma (PostgreSQL)', openPrisma, false),
+        ]
       : []),
   ];
 }
