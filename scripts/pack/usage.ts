@@ -15,6 +15,7 @@ import {
   IdempotencyEngine,
   type IdempotencyContext,
   type IdempotencyStore,
+  type TxOf,
   KeyState,
   ProblemKind,
   deriveKey,
@@ -44,10 +45,12 @@ import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { openTelemetry } from 'idem/otel';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
-import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
+import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
+import { postgresjs } from 'idem/postgresjs';
 import type { Generated, Kysely } from 'kysely';
 import { kysely } from 'idem/kysely';
 import { type PrismaRawLike, prisma } from 'idem/prisma';
+import postgres from 'postgres';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
 declare const sqlClient: SqlClient;
@@ -167,12 +170,20 @@ await consumer.consume({ id: 'm2', body: new Uint8Array() }, (ctx) =>
 const relayed: number = await new OutboxRelay({ outbox, publish: amqpPublisher(amqpChannel) }).relayOnce();
 console.log(relayed);
 
-// Database clients: a phase's tx is the client's own transaction, inferred from the store.
+// postgres.js: a phase's tx is postgres.js's own TransactionSql, inferred from the store (TxOf).
+const pgjs = postgres('postgres://localhost/app', { max: 4 });
+const pgjsDriver: SqlDriver<postgres.TransactionSql> = postgresjs(pgjs);
+const pgjsEngine = new IdempotencyEngine({ store: new PostgresStore({ client: pgjsDriver }) });
+const pgjsRun = await pgjsEngine.begin({ scope: 'jobs', key: 'job-2', fingerprint: fingerprint({ method: 'JOB', path: 'x', body: null }) });
+if (pgjsRun.kind === 'execute') {
+  const sameTx: TxOf<typeof pgjsEngine.store> = await pgjsRun.execution.phase('pgjs', async (tx) => tx);
+  console.log((await sameTx`SELECT 1 AS one`).count);
+}
+
+// Kysely and Prisma: a phase's tx is the client's own transaction, inferred from the store.
 declare const kdb: Kysely<{ charges: { id: Generated<number>; amount: number } }>;
 const kyselyEngine = new IdempotencyEngine({ store: new PostgresStore({ client: kysely(kdb) }) });
-void kyselyEngine
-  .takeOver({ scope: 's', key: 'k', token: 1 })
-  .then((run) => run?.phase('charge', (tx) => tx.insertInto('charges').values({ amount: 1 }).execute()));
+void kyselyEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', (tx) => tx.insertInto('charges').values({ amount: 1 }).execute()));
 // A generated PrismaClient, as far as idem and this phase see it.
 interface PrismaTxLike extends PrismaRawLike {
   charge: { create(args: { data: { amount: number } }): Promise<{ id: number }> };
