@@ -183,7 +183,9 @@ if (pgjsRun.kind === 'execute') {
 // Kysely and Prisma: a phase's tx is the client's own transaction, inferred from the store.
 declare const kdb: Kysely<{ charges: { id: Generated<number>; amount: number } }>;
 const kyselyEngine = new IdempotencyEngine({ store: new PostgresStore({ client: kysely(kdb) }) });
-void kyselyEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', (tx) => tx.insertInto('charges').values({ amount: 1 }).execute()));
+void kyselyEngine
+  .takeOver({ scope: 's', key: 'k', token: 1 })
+  .then((run) => run?.phase('charge', (tx) => tx.insertInto('charges').values({ amount: 1 }).execute()));
 // A generated PrismaClient, as far as idem and this phase see it.
 interface PrismaTxLike extends PrismaRawLike {
   charge: { create(args: { data: { amount: number } }): Promise<{ id: number }> };
