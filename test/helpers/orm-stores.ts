@@ -78,7 +78,8 @@ type PostgresFactory = <Tx>(name: string, open: () => Promise<PostgresClient<Tx>
 
 /**
  * The entries: Kysely on PGlite (contract only: the engine and HTTP suites run on the
- * PostgreSQL entries), and with DATABASE_URL Kysely and Prisma on PostgreSQL (every suite).
+ * PostgreSQL entries), and with DATABASE_URL Kysely and Prisma on PostgreSQL (every suite), and
+ * partitioned (contract only).
  */
 export function ormStoreFactories(postgresFactory: PostgresFactory): StoreFactory[] {
   return [
@@ -87,6 +88,9 @@ export function ormStoreFactories(postgresFactory: PostgresFactory): StoreFactor
       ? [
           postgresFactory('PostgresStore on Kysely (PostgreSQL)', openKyselyPostgres, false),
           postgresFactory('PostgresStore on Prisma (PostgreSQL)', openPrisma, false),
+          // Partitioned mode runs idem's own transactions (claim under an advisory lock, migrate, sweep) through the driver.
+          postgresFactory('PostgresStore (partitioned) on Kysely (PostgreSQL)', openKyselyPostgres, true, true),
+          postgresFactory('PostgresStore (partitioned) on Prisma (PostgreSQL)', openPrisma, true, true),
         ]
       : []),
   ];
