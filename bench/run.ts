@@ -84,7 +84,7 @@ async function section(name: string, load: () => Promise<(cfg: BenchConfig, log:
 
 await section('library', async () => (await import('./library.js')).postgresLibrary);
 await section('pglite', async () => (await import('./library.js')).pgliteLibrary);
-await section('postgresjs', async () => (await import('./postgresjs.js')).postgresJsLibrary);
+await section('postgresjs', async () => (await import('./postgresjs.js')).postgresjs);
 await section('http', async () => (await import('./http.js')).httpLevel);
 await section('peers', async () => (await import('./peers.js')).peers);
 await section('growth', async () => (await import('./growth.js')).growth);
