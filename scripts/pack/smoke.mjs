@@ -43,6 +43,34 @@ assert.ok(Object.keys(root).length <= 32, `the root entry stays small (${Object.
 assert.equal(typeof modules['idem/core'].decide, 'function');
 assert.equal(typeof modules['idem/http'].captureResponse, 'function');
 
+// idem/kysely on Kysely's PGlite dialect: a phase gets Kysely's Transaction, its insert commits with the phase.
+{
+  const { Kysely, PGliteDialect, sql } = await import('kysely');
+  const { PGlite } = await import('@electric-sql/pglite');
+  const kdb = new Kysely({ dialect: new PGliteDialect({ pglite: await PGlite.create() }) });
+  try {
+    const store = new modules['idem/postgres'].PostgresStore({ client: modules['idem/kysely'].kysely(kdb) });
+    await store.migrate();
+    await sql`CREATE TABLE charges (amount int)`.execute(kdb);
+    const claimed = await store.claim({ scope: 's', key: 'k', fingerprint: new Uint8Array(32), leaseMs: 60_000, retentionMs: 60_000 });
+    const ref = { scope: 's', key: 'k', token: claimed.token };
+    const done = await store.commit(
+      ref,
+      () => ({ kind: 'phase', phase: 'charged', result: null, leaseMs: 60_000 }),
+      async (tx) => {
+        await tx.insertInto('charges').values({ amount: 1 }).execute();
+        return tx.isTransaction;
+      },
+    );
+    assert.deepEqual(done, { kind: 'ok', value: true });
+    assert.equal((await store.get('s', 'k', 60_000)).recoveryPoint, 'charged');
+    console.log('idem/kysely: a phase on Kysely (PGlite) committed');
+  } finally {
+    await kdb.destroy();
+  }
+}
+assert.equal(typeof modules['idem/prisma'].prisma, 'function');
+
 // One request twice through the packed library on embedded PostgreSQL.
 const { PGlite } = await import('@electric-sql/pglite');
 const db = await PGlite.create();

@@ -47,6 +47,9 @@ import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
+import type { Generated, Kysely } from 'kysely';
+import { kysely } from 'idem/kysely';
+import { type PrismaRawLike, prisma } from 'idem/prisma';
 import postgres from 'postgres';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
@@ -176,6 +179,20 @@ if (pgjsRun.kind === 'execute') {
   const sameTx: TxOf<typeof pgjsEngine.store> = await pgjsRun.execution.phase('pgjs', async (tx) => tx);
   console.log((await sameTx`SELECT 1 AS one`).count);
 }
+
+// Kysely and Prisma: a phase's tx is the client's own transaction, inferred from the store.
+declare const kdb: Kysely<{ charges: { id: Generated<number>; amount: number } }>;
+const kyselyEngine = new IdempotencyEngine({ store: new PostgresStore({ client: kysely(kdb) }) });
+void kyselyEngine
+  .takeOver({ scope: 's', key: 'k', token: 1 })
+  .then((run) => run?.phase('charge', (tx) => tx.insertInto('charges').values({ amount: 1 }).execute()));
+// A generated PrismaClient, as far as idem and this phase see it.
+interface PrismaTxLike extends PrismaRawLike {
+  charge: { create(args: { data: { amount: number } }): Promise<{ id: number }> };
+}
+declare const prismaClient: PrismaRawLike & { $transaction<R>(fn: (tx: PrismaTxLike) => Promise<R>, options?: { timeout?: number }): Promise<R> };
+const prismaEngine = new IdempotencyEngine({ store: new PostgresStore({ client: prisma(prismaClient, { transaction: { timeout: 10_000 } }) }) });
+void prismaEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', (tx) => tx.charge.create({ data: { amount: 1 } })));
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

@@ -21,6 +21,7 @@ import { tableName } from './engines.js';
 import { keyRows, type KeyRow } from './http.js';
 import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
 import { citusFactories } from './citus-stores.js';
+import { ormStoreFactories } from './orm-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -390,6 +391,8 @@ export const storeFactories: StoreFactory[] = [
         postgresFactory('PostgresStore (partitioned) on postgres.js', openPostgresJs, true, true),
       ]
     : []),
+  // Kysely (PGlite; with DATABASE_URL PostgreSQL) and Prisma (PostgreSQL), test/helpers/orm-stores.ts.
+  ...ormStoreFactories(postgresFactory),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
   // Citus (tables distributed by scope) when CITUS_URL is set: test/helpers/citus-stores.ts.

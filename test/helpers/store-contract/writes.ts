@@ -167,6 +167,18 @@ export function writeSuite(c: ContractContext): void {
       assert.deepEqual(await snapshot('k'), before);
     });
 
+    it('is fenced when the token moves on while the effects run, in their transaction (the fenced write shares it)', async () => {
+      const token = claimedToken(await store().claim(claimInput('k')));
+      const result = await store().commit(ref('k', token), phase('p1'), async (tx) => {
+        const value = await h().effect('raced')(tx);
+        await h().staleInTx(tx, SCOPE, 'k'); // a takeover racing this commit, inside its transaction
+        return value;
+      });
+      assert.deepEqual(result, { kind: 'fenced' });
+      await expectEffects(c, [], ['raced'], 'the raced effect was rolled back');
+      if (c.caps.atomicEffects !== false) assert.equal(await h().tokenOf(SCOPE, 'k'), token, 'the token move rolled back with the effects');
+    });
+
     it('rolls back everything and rethrows when the effects throw', async () => {
       const token = claimedToken(await store().claim(claimInput('k')));
       await store().commit(ref('k', token), phase('p1'), h().effect('kept'));
