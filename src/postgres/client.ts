@@ -1,8 +1,12 @@
+import { InvalidOptionError } from '../core/errors.js';
+import { driverExecutor } from './driver-executor.js';
 import { poolExecutor } from './pool-executor.js';
 
 /**
  * The slice of a PostgreSQL client that idem uses, declared locally so that `pg` and PGlite
- * both fit without being imported (they are optional peer dependencies).
+ * both fit without being imported (they are optional peer dependencies), and the
+ * {@link SqlDriver} interface through which any other client (postgres.js, Drizzle, Kysely,
+ * Prisma) runs idem's statements and hands a phase its own transaction.
  */
 
 /** A query result: node-postgres fills `rowCount`, PGlite `affectedRows`. */
@@ -37,17 +41,79 @@ export interface TransactionalLike extends Queryable {
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
 }
 
-/** What the PostgreSQL store accepts: a `pg.Pool`, a PGlite instance, or anything shaped like either. */
+/** What the PostgreSQL store accepts as is: a `pg.Pool`, a PGlite instance, or anything shaped like either. */
 export type SqlClient = PoolLike | TransactionalLike;
 
-/** The client normalised to three operations. */
-export interface SqlExecutor {
+/** The brand of a {@link SqlDriver}. */
+export const SQL_DRIVER = 'idem.sql-driver' as const;
+
+/**
+ * How idem runs its statements on a client it does not know by shape, and opens that client's
+ * own transaction, so a phase's `tx` is the client's transaction object (postgres.js `sql`
+ * inside `begin`, Drizzle's `tx`, Kysely's `Transaction`, Prisma's interactive client).
+ * Made by a small factory per client (`postgresjs(sql)` in `idem/postgresjs`, …); write one
+ * for another client the same way (docs/architecture.md, "Adding a database client").
+ *
+ * Results: `rows` carry the values node-postgres gives with its default parsers, since idem's
+ * statements are written for them: `bytea` a Uint8Array (a Buffer is one), `json`/`jsonb`
+ * parsed, `timestamptz` a Date, `int2`/`int4`/`float8` numbers, `bool` booleans, `int8` and
+ * `numeric` strings. Parameters are `$1…` placeholders bound, never interpolated: strings,
+ * finite numbers, booleans, `null` and Uint8Array (bound as `bytea`); JSON arrives as text.
+ *
+ * @typeParam Tx the client's own transaction object, handed to a phase's effects
+ */
+export interface SqlDriver<Tx> {
+  /** Brand, so that a driver is told from a pg.Pool or PGlite without doubt. */
+  readonly kind: typeof SQL_DRIVER;
+  /** The client's name for errors and telemetry, e.g. `'postgres.js'`. */
+  readonly name: string;
+  /** Runs one of idem's statements on its own (autocommit); prepared where the client can. */
+  query(text: string, params?: unknown[]): Promise<QueryResultLike>;
+  /**
+   * Opens a transaction on the client and calls `fn` with the client's own transaction object
+   * `tx` (for the user's effects) and `sql`, a {@link Queryable} that runs idem's statements in
+   * the SAME transaction (the fenced recovery-point write, protocol.md K4, K5, Q4). Commits
+   * when `fn` resolves; rolls back and rethrows when it throws.
+   */
+  transaction<T>(fn: (tx: Tx, sql: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Optional, needed for `notify: true` (wait mode, protocol.md K17): `LISTEN` on `channel`,
+   * calling `onPayload` with each notification's payload, and with `null` when the listening
+   * connection was lost (its waiters then read the store again; a later call listens anew).
+   * @returns a function that stops listening
+   */
+  listen?(channel: string, onPayload: (payload: string | null) => void): Promise<() => Promise<void>>;
+}
+
+/** True when `client` is a {@link SqlDriver} (its brand). */
+export function isSqlDriver(client: unknown): client is SqlDriver<unknown> {
+  return typeof client === 'object' && client !== null && (client as { kind?: unknown }).kind === SQL_DRIVER;
+}
+
+/**
+ * What `PostgresStore` takes as `client` for transaction type `Tx`: a {@link SqlDriver} of it,
+ * or, when `Tx` is {@link Queryable} (the default), a `pg.Pool` or PGlite as well.
+ */
+export type StoreClient<Tx> = SqlDriver<Tx> | (Queryable extends Tx ? SqlClient : never);
+
+/**
+ * The client normalised to four operations.
+ * @typeParam Tx the transaction object {@link clientTransaction} hands the user's effects
+ *   (`unknown` for code that only runs idem's own statements)
+ */
+export interface SqlExecutor<Tx = unknown> {
   /** Runs one of idem's statements on the client (as a named prepared statement where the driver supports it). */
   query(text: string, params?: unknown[]): Promise<QueryResultLike>;
-  /** Runs one of idem's statements on `tx`, a connection inside {@link transaction}. */
+  /** Runs one of idem's statements on `tx`, idem's handle inside {@link transaction} or {@link clientTransaction}. */
   queryOn(tx: Queryable, text: string, params?: unknown[]): Promise<QueryResultLike>;
-  /** Runs `fn` in a transaction; commits when it resolves, rolls back when it throws. */
+  /** Runs `fn` in a transaction of idem's own; commits when it resolves, rolls back when it throws. */
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Runs `fn` in a transaction with the client's own transaction object `tx` (for the user's
+   * effects; on pg and PGlite the connection itself) and idem's handle `sql` in the same
+   * transaction (for {@link queryOn}); commits when it resolves, rolls back when it throws.
+   */
+  clientTransaction<T>(fn: (tx: Tx, sql: Queryable) => Promise<T>): Promise<T>;
 }
 
 /** Deadlines of {@link toExecutor}. */
@@ -62,28 +128,41 @@ export interface ExecutorLimits {
   maxWaiting?: number;
 }
 
-export { StoreTimeoutError } from './pool-executor.js';
+export { StoreTimeoutError } from './deadline.js';
 
 /**
- * Normalises a `pg.Pool` or a PGlite instance.
+ * Normalises a `pg.Pool`, a PGlite instance or a {@link SqlDriver}.
  *
- * @throws {TypeError} when `client` is neither (a single `pg.Client` cannot run concurrent
+ * @throws {TypeError} when `client` is none of them (a single `pg.Client` cannot run concurrent
  *   transactions; pass a `pg.Pool`).
+ * @throws {InvalidOptionError} for a driver without `query` or `transaction`
  */
-export function toExecutor(client: SqlClient, limits: ExecutorLimits = {}): SqlExecutor {
-  if (!client || typeof (client as Queryable).query !== 'function') {
-    throw new TypeError('idem/postgres: pass a pg.Pool or a PGlite instance as `client`');
+export function toExecutor(client: SqlClient, limits?: ExecutorLimits): SqlExecutor<Queryable>;
+export function toExecutor<Tx>(client: StoreClient<Tx>, limits?: ExecutorLimits): SqlExecutor<Tx>;
+export function toExecutor<Tx>(client: StoreClient<Tx>, limits: ExecutorLimits = {}): SqlExecutor<Tx> {
+  if (isSqlDriver(client)) {
+    const driver = client as SqlDriver<Tx>;
+    if (typeof driver.query !== 'function' || typeof driver.transaction !== 'function') {
+      throw new InvalidOptionError(`idem/postgres: the ${String(driver.name)} driver needs query() and transaction()`);
+    }
+    return driverExecutor(driver, limits);
   }
+  if (!client || typeof (client as Queryable).query !== 'function') {
+    throw new TypeError('idem/postgres: pass a pg.Pool, a PGlite instance or a client driver (idem/postgresjs, …) as `client`');
+  }
+  // From here on Tx is Queryable (StoreClient allows a pg.Pool or PGlite only then).
   if (typeof (client as TransactionalLike).transaction === 'function') {
     const c = client as TransactionalLike;
-    return {
+    const executor: SqlExecutor<Queryable> = {
       query: (text, params) => c.query(text, params),
       queryOn: (tx, text, params) => tx.query(text, params),
       transaction: (fn) => c.transaction(fn),
+      clientTransaction: (fn) => c.transaction((tx) => fn(tx, tx)),
     };
+    return executor as SqlExecutor<Tx>;
   }
   if (typeof (client as PoolLike).connect === 'function' && typeof (client as PoolLike).totalCount === 'number') {
-    return poolExecutor(client as PoolLike, limits);
+    return poolExecutor(client as PoolLike, limits) as SqlExecutor<Tx>;
   }
   throw new TypeError('idem/postgres: `client` must be a pg.Pool (a single pg.Client cannot run concurrent transactions) or a PGlite instance');
 }

@@ -12,7 +12,7 @@ const FENCED = Symbol('idem.fenced');
  * A commit without local effects. An out-of-line body needs a transaction for the row and its
  * blob; anything else is one autocommit statement.
  */
-export async function commitRecord(ctx: StoreContext, ref: KeyRef, rec: CommitRecord): Promise<Fenced> {
+export async function commitRecord<Tx>(ctx: StoreContext<Tx>, ref: KeyRef, rec: CommitRecord): Promise<Fenced> {
   // Group commit (protocol.md K19): an inline finish shares one fenced statement with others.
   if (rec.kind === 'finish' && ctx.group?.batchFinishes && rec.response.body.length <= ctx.inlineMaxBytes) {
     const finished = await ctx.group.finish({ ref, status: rec.response.status, form: storedForm(ctx, ref, rec.response) });
@@ -33,19 +33,20 @@ export async function commitRecord(ctx: StoreContext, ref: KeyRef, rec: CommitRe
  * Runs `effects` and writes `record(value)`, fenced, in one transaction; a stale token rolls
  * the effects back (`fenced`), a throw from `effects` rolls everything back and propagates.
  */
-export async function commitWithEffects<T>(
-  ctx: StoreContext,
+export async function commitWithEffects<Tx, T>(
+  ctx: StoreContext<Tx>,
   ref: KeyRef,
   record: (value: T) => CommitRecord,
-  effects: (tx: Queryable) => Promise<T>,
+  effects: (tx: Tx) => Promise<T>,
 ): Promise<Fenced<T>> {
   let external: BlobRef | undefined; // an external blob written by this commit, not yet committed
   try {
-    const value = await ctx.db.transaction(async (tx) => {
+    // `tx` is the client's own transaction (the user's effects), `sql` idem's handle in it.
+    const value = await ctx.db.clientTransaction(async (tx, sql) => {
       const value = await effects(tx);
       // The fenced write comes last (protocol.md Q4): zero rows means another worker took
       // the key over while the effects ran; throwing rolls the effects back with it.
-      if (!(await write(ctx, tx, ref, record(value), (blob) => (external = blob)))) throw FENCED;
+      if (!(await write(ctx, sql, ref, record(value), (blob) => (external = blob)))) throw FENCED;
       return value;
     });
     return { kind: 'ok', value };
@@ -63,7 +64,13 @@ export async function commitWithEffects<T>(
  * COMMIT; `onExternalBlob` learns of a blob written outside the transaction.
  * @returns false when fenced (no row matched the token)
  */
-async function write(ctx: StoreContext, tx: Queryable | undefined, ref: KeyRef, rec: CommitRecord, onExternalBlob?: (blob: BlobRef) => void): Promise<boolean> {
+async function write<Tx>(
+  ctx: StoreContext<Tx>,
+  tx: Queryable | undefined,
+  ref: KeyRef,
+  rec: CommitRecord,
+  onExternalBlob?: (blob: BlobRef) => void,
+): Promise<boolean> {
   const run = (text: string, params: unknown[]) => (tx ? ctx.db.queryOn(tx, text, params) : ctx.db.query(text, params));
   if (rec.kind === 'phase') {
     const result = await run(ctx.sql.recordPhase, [ref.scope, ref.key, ref.token, rec.phase, JSON.stringify(rec.result ?? null), rec.leaseMs]);

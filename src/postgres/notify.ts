@@ -3,12 +3,12 @@
  * key. The finish, release, discard and takeover statements send `pg_notify` themselves, in
  * the transaction that changes the row, so the notification is delivered exactly when the
  * change commits (and never for a rolled-back one). One listening connection per process and
- * pool (PGlite: its own `listen`), shared by every waiter of every store on that client; no
+ * pool (PGlite or a client driver: its own `listen`), shared by every waiter of every store on that client; no
  * waiter polls.
  */
 import { createHash } from 'node:crypto';
 import type { KeyChanges } from '../store/types.js';
-import type { PoolClientLike, PoolLike, SqlClient } from './client.js';
+import { isSqlDriver, type PoolClientLike, type PoolLike, type SqlClient, type SqlDriver } from './client.js';
 import type { Statements } from './sql.js';
 import { literal } from './sql/table.js';
 
@@ -141,8 +141,13 @@ class PoolListener implements NotificationSource {
 
 const poolListeners = new WeakMap<object, PoolListener>();
 
-/** The notification source of `client`: PGlite's own `listen`, or the pool's one shared listener. */
-function sourceOf(client: SqlClient): NotificationSource {
+/** The notification source of `client`: a driver's or PGlite's own `listen`, or the pool's one shared listener. */
+function sourceOf(client: SqlClient | SqlDriver<unknown>): NotificationSource {
+  if (isSqlDriver(client)) {
+    const listen = client.listen;
+    if (!listen) throw new TypeError(`idem/postgres: the ${client.name} driver cannot LISTEN`); // the options reject notify first
+    return { listen: (channel, onPayload) => listen.call(client, channel, onPayload) };
+  }
   if (typeof (client as unknown as PGliteListen).listen === 'function' && typeof (client as { transaction?: unknown }).transaction === 'function') {
     const db = client as unknown as PGliteListen;
     return { listen: (channel, onPayload) => db.listen(channel, onPayload) };
@@ -168,7 +173,7 @@ export class KeyChangeHub {
   seen = 0;
 
   constructor(
-    client: SqlClient,
+    client: SqlClient | SqlDriver<unknown>,
     private readonly channel: string,
   ) {
     this.source = sourceOf(client);

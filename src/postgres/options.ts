@@ -2,7 +2,7 @@ import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../co
 import { InvalidOptionError } from '../core/errors.js';
 import { type BlobStore, TableBlobStore } from './blob-store.js';
 import { channelName, notifyingStatements } from './notify.js';
-import { type SqlClient, type SqlExecutor, toExecutor } from './client.js';
+import { isSqlDriver, type Queryable, type SqlClient, type SqlDriver, type SqlExecutor, type StoreClient, toExecutor } from './client.js';
 import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
 import { type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
 
@@ -19,10 +19,17 @@ export const DEFAULT_INLINE_MAX_BYTES = 64 * 1024;
 /** Default deadline of each of idem's statements on a pool, in ms (`storeTimeoutMs`). */
 export const DEFAULT_STORE_TIMEOUT_MS = 5000;
 
-/** Options of `PostgresStore`. */
-export interface PostgresStoreOptions {
-  /** A `pg.Pool` or a PGlite instance. */
-  client: SqlClient;
+/**
+ * Options of `PostgresStore`.
+ * @typeParam Tx what a phase's effects receive: {@link Queryable} (the connection) on a
+ *   `pg.Pool` or PGlite, the client's own transaction object on a {@link SqlDriver}
+ */
+export interface PostgresStoreOptions<Tx = Queryable> {
+  /**
+   * A `pg.Pool`, a PGlite instance, or a driver over another client: `postgresjs(sql)` from
+   * `idem/postgresjs` (and the other adapters; see the README, "Database clients").
+   */
+  client: StoreClient<Tx>;
   /**
    * Table name, optionally schema-qualified.
    * @default 'idempotency_keys'
@@ -61,14 +68,18 @@ export interface PostgresStoreOptions {
    * to the pool, and the request gets `503` with `Retry-After` (protocol.md H17): a database
    * that accepts connections and never answers costs a request this long, not a hang. Keep it
    * well under `leaseMs`. A pool without `connectionTimeoutMillis` gets this value as its
-   * connect timeout. `0` turns the deadline off. PGlite runs in process and has none.
+   * connect timeout. `0` turns the deadline off. PGlite runs in process and has none. On a
+   * driver (`idem/postgresjs`, …) the deadline holds for idem's statements and the commit of a
+   * phase, but the connection is the client's: idem cannot destroy it, so set the client's own
+   * timeouts as well (e.g. `statement_timeout`).
    * @default 5000
    */
   storeTimeoutMs?: number;
   /**
    * Requests that may wait for a pool connection at once; one more gets `503` at once
    * instead of queueing without bound (shedding load never runs a request twice: nothing was
-   * claimed).
+   * claimed). `pg.Pool` only: a driver's client queues for its own connections, and the store
+   * rejects this option with one.
    * @default 256
    */
   maxPoolWaiting?: number;
@@ -79,6 +90,8 @@ export interface PostgresStoreOptions {
    * changes. Turn it on in every process that writes the table (a process without it changes
    * keys silently, and its waiters' peers only learn at the end of their wait). Off by default:
    * PostgreSQL serialises the commits of notifying transactions on one database-wide lock.
+   * On a driver, only when the driver can `listen` (postgres.js can); otherwise the store
+   * rejects the option.
    * @default false
    */
   notify?: boolean;
@@ -116,15 +129,15 @@ export interface PartitionOptions {
  * The store's options resolved and validated, with the statements for its table: what every
  * part of the store (claim, commit, sweep, partitions, inspect) works from.
  */
-export interface StoreContext {
+export interface StoreContext<Tx = unknown> {
   readonly table: string;
   /** The request path's executor: every statement under `storeTimeoutMs`. */
-  readonly db: SqlExecutor;
+  readonly db: SqlExecutor<Tx>;
   /**
    * Migration, partitions, sweeps and operator reads: the same client without the deadline,
    * since a migration may wait for a lock and a sweep batch or a count may outlast it.
    */
-  readonly maintenance: SqlExecutor;
+  readonly maintenance: SqlExecutor<Tx>;
   readonly sql: Statements;
   /** Partitioned mode's statements, or undefined for a plain table. */
   readonly psql: PartitionedStatements | undefined;
@@ -137,23 +150,25 @@ export interface StoreContext {
   /** The LISTEN/NOTIFY channel when `notify` is on, else undefined. */
   readonly channel: string | undefined;
   /** The client as given (for LISTEN). */
-  readonly client: PostgresStoreOptions['client'];
+  readonly client: SqlClient | SqlDriver<Tx>;
   /** Group commit's batchers when `groupCommit` is on, else undefined. */
   readonly group: GroupCommit | undefined;
 }
 
 /**
  * Resolves and checks `options`.
- * @throws {TypeError} for a client that is neither a pg.Pool nor PGlite
+ * @throws {TypeError} for a client that is neither a pg.Pool, PGlite nor a driver
  * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes`, bad encryption
- *   keys, bad partition options, or `inlineMaxBytes` in partitioned mode without a `blobStore`
+ *   keys, bad partition options, `inlineMaxBytes` in partitioned mode without a `blobStore`,
+ *   or, with a driver, `maxPoolWaiting`, or `notify` when the driver cannot listen
  */
-export function storeContext(options: PostgresStoreOptions): StoreContext {
+export function storeContext<Tx>(options: PostgresStoreOptions<Tx>): StoreContext<Tx> {
   const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
   if (!(timeoutMs >= 0)) throw new InvalidOptionError('idem/postgres: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
   const maxWaiting = options.maxPoolWaiting ?? 256;
   if (!(maxWaiting >= 0)) throw new InvalidOptionError('idem/postgres: maxPoolWaiting must be a number >= 0');
-  const db = toExecutor(options.client, { timeoutMs, maxWaiting });
+  if (isSqlDriver(options.client)) driverOptions(options.client, options);
+  const db = toExecutor<Tx>(options.client, { timeoutMs, maxWaiting });
   const table = options.table ?? 'idempotency_keys';
   let sql: Statements;
   try {
@@ -189,11 +204,42 @@ export function storeContext(options: PostgresStoreOptions): StoreContext {
   const channel = options.notify ? channelName(table) : undefined;
   if (channel) sql = notifyingStatements(sql, channel);
   const group = groupCommit(options, db, sql, timeoutMs, channel === undefined);
-  return { table, db, maintenance: toExecutor(options.client), sql, psql, partitioning, inlineMaxBytes, blobs, cipher, channel, client: options.client, group };
+  return {
+    table,
+    db,
+    maintenance: toExecutor<Tx>(options.client),
+    sql,
+    psql,
+    partitioning,
+    inlineMaxBytes,
+    blobs,
+    cipher,
+    channel,
+    client: options.client,
+    group,
+  };
+}
+
+/** The options that mean nothing, or cannot work, on a driver's client. @throws {InvalidOptionError} */
+function driverOptions(driver: SqlDriver<unknown>, options: Omit<PostgresStoreOptions<unknown>, 'client'>): void {
+  if (options.maxPoolWaiting !== undefined) {
+    throw new InvalidOptionError(`idem/postgres: maxPoolWaiting is for a pg.Pool; the ${driver.name} client queues for its own connections`);
+  }
+  if (options.notify && typeof driver.listen !== 'function') {
+    throw new InvalidOptionError(
+      `idem/postgres: notify needs LISTEN, which the ${driver.name} driver cannot do; use a pg.Pool or postgres.js driver for wait mode`,
+    );
+  }
 }
 
 /** Group commit's batchers, or undefined when the option is off. @throws {InvalidOptionError} */
-function groupCommit(options: PostgresStoreOptions, db: SqlExecutor, sql: Statements, timeoutMs: number, batchFinishes: boolean): GroupCommit | undefined {
+function groupCommit(
+  options: Omit<PostgresStoreOptions<unknown>, 'client'>,
+  db: SqlExecutor<unknown>,
+  sql: Statements,
+  timeoutMs: number,
+  batchFinishes: boolean,
+): GroupCommit | undefined {
   const given = options.groupCommit;
   if (given === undefined || given === false) return undefined;
   if (given !== true && (typeof given !== 'object' || given === null))

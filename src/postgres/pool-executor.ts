@@ -5,14 +5,9 @@
  */
 import { createHash } from 'node:crypto';
 import type { ExecutorLimits, PoolClientLike, PoolLike, Queryable, QueryResultLike, SqlExecutor } from './client.js';
+import { deadline, describeStatement, hasDeadline, StoreTimeoutError } from './deadline.js';
 
-/**
- * A statement of idem's missed its deadline (`storeTimeoutMs`), or the pool's queue was full:
- * the database is silent, down or overloaded. The engine answers 503 with `Retry-After`.
- */
-export class StoreTimeoutError extends Error {
-  override readonly name = 'StoreTimeoutError';
-}
+export { StoreTimeoutError } from './deadline.js';
 
 /**
  * node-postgres runs a query config with a `name` as a prepared statement, parsed and
@@ -48,31 +43,17 @@ function giveBack(conn: PoolClientLike): void {
   conn.release();
 }
 
-/** Settles like `promise`, or rejects with a {@link StoreTimeoutError} after `ms` and calls `onTimeout`. */
-function deadline<T>(promise: Promise<T>, ms: number, what: string, onTimeout: () => void): Promise<T> {
-  if (!(ms > 0 && Number.isFinite(ms))) return promise;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      onTimeout();
-      reject(new StoreTimeoutError(`idem/postgres: ${what} took longer than storeTimeoutMs (${ms} ms)`));
-    }, ms);
-  });
-  promise.catch(() => undefined); // its late failure is expected once the deadline has passed
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
-}
-
 /**
  * An executor over `pool`. Each statement checks a connection out (bounded by `maxWaiting`
  * and the deadline), runs, and gives it back; a statement past the deadline destroys its
  * connection (a silent socket's protocol state is unknown, so it is never reused).
  */
-export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecutor {
+export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecutor<Queryable> {
   const timeoutMs = limits.timeoutMs ?? 0;
   const maxWaiting = limits.maxWaiting ?? Infinity;
   // A pool without a connect timeout waits forever for a server that accepted the TCP
   // connection and never answers, and the attempt holds a pool slot meanwhile.
-  if (timeoutMs > 0 && Number.isFinite(timeoutMs) && pool.options && !pool.options.connectionTimeoutMillis) {
+  if (hasDeadline(timeoutMs) && pool.options && !pool.options.connectionTimeoutMillis) {
     pool.options.connectionTimeoutMillis = timeoutMs;
   }
 
@@ -95,9 +76,37 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
   /** One statement on `conn` under the deadline; past it, `conn` is destroyed. */
   function timed(conn: PoolClientLike, text: string, params?: unknown[], plain = false): Promise<QueryResultLike> {
     const run = plain ? conn.query(text) : named(conn, text, params);
-    return deadline(run, timeoutMs, `the statement ${text.trim().split(/\s+/, 2).join(' ')}`, () =>
-      destroy(conn, new StoreTimeoutError('statement deadline passed')),
-    );
+    return deadline(run, timeoutMs, describeStatement(text), () => destroy(conn, new StoreTimeoutError('statement deadline passed')));
+  }
+
+  async function transaction<T>(fn: (conn: Queryable) => Promise<T>): Promise<T> {
+    const conn = await checkout();
+    // A connection that breaks between two statements of the transaction (no query in
+    // flight) emits 'error' on the client; unheard, that would crash the process. The
+    // next statement fails instead, and the catch below discards the connection.
+    const events = conn as unknown as { on?(event: 'error', fn: () => void): void; off?(event: 'error', fn: () => void): void };
+    const ignore = () => undefined;
+    events.on?.('error', ignore);
+    try {
+      await timed(conn, 'BEGIN', undefined, true);
+      const value = await fn(conn);
+      await timed(conn, 'COMMIT', undefined, true);
+      giveBack(conn);
+      return value;
+    } catch (error) {
+      if (!done.has(conn)) {
+        try {
+          await timed(conn, 'ROLLBACK', undefined, true);
+          giveBack(conn);
+        } catch (rollbackError) {
+          // The connection is unusable; destroy it instead of returning it to the pool.
+          destroy(conn, rollbackError as Error);
+        }
+      }
+      throw error;
+    } finally {
+      events.off?.('error', ignore);
+    }
   }
 
   return {
@@ -113,35 +122,10 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
       }
     },
     queryOn: (tx, text, params) => (isPoolClient(tx) ? timed(tx, text, params) : named(tx, text, params)),
-    async transaction(fn) {
-      const conn = await checkout();
-      // A connection that breaks between two statements of the transaction (no query in
-      // flight) emits 'error' on the client; unheard, that would crash the process. The
-      // next statement fails instead, and the catch below discards the connection.
-      const events = conn as unknown as { on?(event: 'error', fn: () => void): void; off?(event: 'error', fn: () => void): void };
-      const ignore = () => undefined;
-      events.on?.('error', ignore);
-      try {
-        await timed(conn, 'BEGIN', undefined, true);
-        const value = await fn(conn);
-        await timed(conn, 'COMMIT', undefined, true);
-        giveBack(conn);
-        return value;
-      } catch (error) {
-        if (!done.has(conn)) {
-          try {
-            await timed(conn, 'ROLLBACK', undefined, true);
-            giveBack(conn);
-          } catch (rollbackError) {
-            // The connection is unusable; destroy it instead of returning it to the pool.
-            destroy(conn, rollbackError as Error);
-          }
-        }
-        throw error;
-      } finally {
-        events.off?.('error', ignore);
-      }
-    },
+    transaction,
+    // The user's transaction is the checked-out connection itself: their statements on it run
+    // as they wrote them (unnamed, no deadline); idem's run through `queryOn`.
+    clientTransaction: (fn) => transaction((conn) => fn(conn, conn)),
   };
 }
 

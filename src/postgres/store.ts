@@ -13,7 +13,7 @@ import type {
   TakeOverResult,
 } from '../store/types.js';
 import { claim, takeOver } from './claim.js';
-import type { Queryable } from './client.js';
+import type { Queryable, SqlDriver } from './client.js';
 import { commitRecord, commitWithEffects } from './commit.js';
 import { type DashboardData, dashboard, dashboardInspect } from './dashboard.js';
 import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
@@ -32,8 +32,9 @@ export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './swee
 
 /**
  * The PostgreSQL store: one row per (scope, key) in `idempotency_keys` (protocol.md Q1-Q6).
- * Works on `pg.Pool` and PGlite. The transaction handle given to local effects is a
- * {@link Queryable} on the same connection as the fenced write.
+ * Works on `pg.Pool` and PGlite, whose transaction handle given to local effects is a
+ * {@link Queryable} on the same connection as the fenced write, and on any client through a
+ * {@link SqlDriver} (`idem/postgresjs`, …), whose effects get the client's own transaction.
  *
  * The work is split by concern: options.ts (options and validation), claim.ts (claim and
  * takeover), commit.ts (fenced phases and finish), responses.ts (sealing, blobs), rows.ts
@@ -46,17 +47,18 @@ export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './swee
  * await store.migrate();
  * ```
  */
-export class PostgresStore implements IdempotencyStore<Queryable> {
+export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
   readonly table: string;
   /** Partitioned mode's options, or undefined for a plain table. */
   readonly partitioning: Required<PartitionOptions> | undefined;
-  private readonly ctx: StoreContext;
+  private readonly ctx: StoreContext<Tx>;
 
   /**
-   * @throws {TypeError} for a client that is neither a pg.Pool nor PGlite
-   * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes`, or bad encryption keys
+   * @throws {TypeError} for a client that is neither a pg.Pool, PGlite nor a {@link SqlDriver}
+   * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes`, bad encryption
+   *   keys, or an option the driver cannot honour (`maxPoolWaiting`; `notify` without `listen`)
    */
-  constructor(options: PostgresStoreOptions) {
+  constructor(options: PostgresStoreOptions<Tx>) {
     this.ctx = storeContext(options);
     this.table = this.ctx.table;
     this.partitioning = this.ctx.partitioning;
@@ -70,7 +72,8 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
    * Present when the store was made with `notify: true` (wait mode, protocol.md K17): a
    * subscription to one key's finish, release, discard and takeover, woken by `LISTEN/NOTIFY`.
    * On a `pg.Pool` one connection per process and pool listens while any subscription is open
-   * (it is checked out of the pool and returned when the last one closes); on PGlite, its `listen`.
+   * (it is checked out of the pool and returned when the last one closes); on PGlite, its
+   * `listen`; on a driver, the driver's `listen`.
    */
   readonly subscribe?: (scope: string, key: string) => Promise<KeyChanges>;
 
@@ -111,9 +114,9 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return takeOver(this.ctx, ref, leaseMs);
   }
 
-  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Queryable) => Promise<T>): Promise<Fenced<T>>;
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
   commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced>;
-  commit<T>(ref: KeyRef, record: (value: T | undefined) => CommitRecord, effects?: (tx: Queryable) => Promise<T>): Promise<Fenced<T> | Fenced> {
+  commit<T>(ref: KeyRef, record: (value: T | undefined) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T> | Fenced> {
     return effects ? commitWithEffects(this.ctx, ref, record, effects) : commitRecord(this.ctx, ref, record(undefined));
   }
 

@@ -214,3 +214,11 @@ export interface IdempotencyStore<Tx = unknown> {
    */
   subscribe?(scope: string, key: string): Promise<KeyChanges>;
 }
+
+/**
+ * The transaction handle a store hands a phase's effects, e.g. `TxOf<typeof store>`: for a
+ * `PostgresStore` on a `pg.Pool` a `Queryable`, on `postgresjs(sql)` postgres.js's
+ * `TransactionSql`. For naming the type where it cannot be inferred (a NestJS parameter, a
+ * Hono `Variables` declaration).
+ */
+export type TxOf<S> = S extends IdempotencyStore<infer Tx> ? Tx : never;
