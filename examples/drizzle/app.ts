@@ -12,10 +12,10 @@
 import { randomUUID } from 'node:crypto';
 import { asc, eq } from 'drizzle-orm';
 import { Hono } from 'hono';
-import { problemResponse } from 'idem';
-import { drizzleDriver } from 'idem/drizzle';
+import { problemResponse, type TxOf } from 'idem';
+import { drizzle } from 'idem/drizzle';
 import { idempotency, type IdempotencyVariables } from 'idem/hono';
-import { PostgresStore, type TxOf } from 'idem/postgres';
+import { PostgresStore } from 'idem/postgres';
 import { parseChargeRequest } from '../payments/validate.js';
 import type { FakePsp } from './psp.js';
 import { charges, type Database } from './schema.js';
@@ -31,7 +31,7 @@ export interface DrizzleAppOptions {
 /** Builds the app on a migrated database (`PostgresStore#migrate` and `migrateExample`). */
 export function createDrizzleApp({ db, psp, leaseMs }: DrizzleAppOptions) {
   // `tx` in phases is Drizzle's transaction on `db`, typed from it: no casts below.
-  const store = new PostgresStore({ client: drizzleDriver(db) });
+  const store = new PostgresStore({ client: drizzle(db) });
   const app = new Hono<{ Variables: IdempotencyVariables<TxOf<typeof store>> }>();
 
   app.post('/v1/charges', idempotency({ store, required: true, leaseMs }), async (c) => {

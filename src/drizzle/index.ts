@@ -11,9 +11,8 @@
  * `drizzle-orm/pglite`. Drizzle is an optional peer dependency; nothing of it is imported here.
  */
 import { InvalidOptionError } from '../core/errors.js';
-import { type PoolLike, type Queryable, type QueryResultLike, SQL_DRIVER, type SqlDriver, type SqlExecutor, toExecutor } from '../postgres/client.js';
-import { notificationSource } from '../postgres/notify.js';
-import { type PostgresJsSqlLike, postgresjsQueryable } from '../postgresjs/index.js';
+import { type PoolLike, type Queryable, type QueryResultLike, SQL_DRIVER, type SqlClient, type SqlDriver, type SqlExecutor, toExecutor } from '../postgres/client.js';
+import { sourceOf } from '../postgres/notify.js';
 
 /**
  * The slice of a Drizzle PostgreSQL database idem uses: `transaction`, whose `tx` is what a
@@ -61,15 +60,15 @@ interface Connection {
  * @example
  * ```ts
  * import { drizzle } from 'drizzle-orm/node-postgres';
- * import { drizzleDriver } from 'idem/drizzle';
+ * import { drizzle as idemDrizzle } from 'idem/drizzle';
  * const db = drizzle(new pg.Pool({ connectionString }));
- * const store = new PostgresStore({ client: drizzleDriver(db) });
+ * const store = new PostgresStore({ client: idemDrizzle(db) });
  * // idem.phase('charge_created', (tx) => tx.insert(charges).values({ … }))
  * ```
  * @throws {TypeError} when `db` is not a Drizzle database on one of those drivers (a single
  *   `pg.Client` cannot run concurrent transactions: make the database on a `pg.Pool`)
  */
-export function drizzleDriver<Tx>(db: DrizzleDatabaseLike<Tx>): SqlDriver<Tx> {
+export function drizzle<Tx>(db: DrizzleDatabaseLike<Tx>): SqlDriver<Tx> {
   if (!db || typeof db.transaction !== 'function' || !db.$client) {
     throw new TypeError('idem/drizzle: pass a Drizzle database (drizzle(...) from drizzle-orm/node-postgres, postgres-js or pglite)');
   }
@@ -108,17 +107,7 @@ function sessionClient(tx: unknown): unknown {
  * @throws {TypeError} for a driver idem does not know
  */
 function connectionOf(client: unknown): Connection {
-  if (typeof client === 'function' && typeof (client as PostgresJsSqlLike).unsafe === 'function' && typeof (client as PostgresJsSqlLike).begin === 'function') {
-    // postgres.js: `sql`; inside Drizzle's transaction, the `sql` of `sql.begin`.
-    const sql = client as PostgresJsSqlLike;
-    const outside = postgresjsQueryable(sql);
-    return {
-      name: 'drizzle (postgres.js)',
-      query: (text, params) => outside.query(text, params),
-      inTransaction: (tx) => ({ sql: postgresjsQueryable(tx as PostgresJsSqlLike) }),
-      listen: notificationSource(sql).listen,
-    };
-  }
+  // POSTGRESJS
   if (!client || typeof (client as Queryable).query !== 'function') {
     throw new TypeError('idem/drizzle: the Drizzle database must be on node-postgres (a pg.Pool), postgres.js or PGlite');
   }
@@ -129,7 +118,7 @@ function connectionOf(client: unknown): Connection {
       name: 'drizzle (pglite)',
       query: (text, params) => pglite.query(text, params),
       inTransaction: (tx) => ({ sql: tx as Queryable }),
-      listen: notificationSource(client).listen,
+      listen: (channel, onPayload) => sourceOf(client as SqlClient).listen(channel, onPayload),
     };
   }
   if (typeof (client as PoolLike).connect === 'function' && typeof (client as PoolLike).totalCount === 'number') {
@@ -146,7 +135,7 @@ function connectionOf(client: unknown): Connection {
         conn.on?.('error', ignore);
         return { sql: { query: (text, params) => pg.queryOn(conn, text, params) }, done: () => conn.off?.('error', ignore) };
       },
-      listen: notificationSource(client as PoolLike).listen,
+      listen: (channel, onPayload) => sourceOf(client as PoolLike).listen(channel, onPayload),
     };
   }
   throw new TypeError(

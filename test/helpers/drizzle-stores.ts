@@ -15,7 +15,7 @@ import { drizzle as onPglite } from 'drizzle-orm/pglite';
 import { drizzle as onPostgresJs } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
-import { drizzleDriver } from '../../src/drizzle/index.js';
+import { drizzle } from '../../src/drizzle/index.js';
 import type { SqlClient } from '../../src/postgres/client.js';
 import { PostgresStore } from '../../src/postgres/index.js';
 import { postgresFactory, type StoreFactory, type StoreHarness } from './stores.js';
@@ -42,7 +42,7 @@ function drizzleFactory(name: string, open: () => Promise<Opened>, contractOnly 
     ...base,
     async connect() {
       const backend = await base.connect();
-      const driver = drizzleDriver(opened!.db);
+      const driver = drizzle(opened!.db);
       return {
         ...backend,
         async fresh() {
@@ -104,3 +104,8 @@ export const drizzlePgliteFactory = drizzleFactory(
   },
   true,
 );
+
+/** The Drizzle entries: on PGlite always, on PostgreSQL when DATABASE_URL is set. */
+export function drizzleFactories(): StoreFactory[] {
+  return [drizzlePgliteFactory, ...(process.env.DATABASE_URL ? [drizzleNodePostgresFactory] : [])];
+}

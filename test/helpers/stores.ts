@@ -18,6 +18,7 @@ import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
 import { keyRows, type KeyRow } from './http.js';
 import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
+import { drizzleFactories } from './drizzle-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -114,7 +115,7 @@ export interface StoreFactory {
 const q = (client: SqlClient): Queryable => client as Queryable;
 
 /** The PostgreSQL store on `open()`'s client; every `fresh()` a new table. */
-function postgresFactory(
+export function postgresFactory(
   name: string,
   open: () => Promise<{ client: SqlClient; close(): Promise<void> }>,
   partitioned: boolean,
@@ -331,6 +332,7 @@ export const storeFactories: StoreFactory[] = [
         postgresFactory('PostgresStore (group commit) on PostgreSQL', openPostgres, false, true, { groupCommit: true }),
       ]
     : []),
+  ...drizzleFactories(),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
