@@ -22,6 +22,7 @@ import {
   problemResponse,
 } from 'idem';
 import { type AmqpConfirmChannelLike, amqpPublisher, consumeAmqp } from 'idem/amqp';
+import { drizzle } from 'idem/drizzle';
 import { IdempotentClient, MemoryIntentStore } from 'idem/client';
 import { FileIntentStore } from 'idem/client/node';
 import { IdempotentConsumer, type Disposition, type MessageContext } from 'idem/consumer';
@@ -163,6 +164,16 @@ await consumer.consume({ id: 'm2', body: new Uint8Array() }, (ctx) =>
 );
 const relayed: number = await new OutboxRelay({ outbox, publish: amqpPublisher(amqpChannel) }).relayOnce();
 console.log(relayed);
+
+// Drizzle: a phase's tx is the database's own transaction type (the slice of drizzle-orm's
+// PgDatabase idem reads, declared here: drizzle-orm's .d.ts are not what this file checks).
+interface DrizzleTx {
+  insert(table: 'charges'): { values(row: { amount: number }): Promise<void> };
+}
+declare const drizzleDb: { transaction<T>(fn: (tx: DrizzleTx) => Promise<T>): Promise<T>; $client: SqlClient };
+const drizzleEngine = new IdempotencyEngine({ store: new PostgresStore({ client: drizzle(drizzleDb) }) });
+const drizzleBegun = await drizzleEngine.begin({ scope: 'jobs', key: 'job-2', fingerprint: fingerprint({ method: 'JOB', path: 'x', body: null }) });
+if (drizzleBegun.kind === 'execute') await drizzleBegun.execution.phase('charge', (tx) => tx.insert('charges').values({ amount: 1 }));
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
