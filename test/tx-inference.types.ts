@@ -65,3 +65,20 @@ export function pgStaysQueryable(): void {
   // @ts-expect-error a pg.Pool cannot give another transaction type
   new PostgresStore<OrmTx>({ client: pool });
 }
+
+/** postgres.js: `tx` is postgres.js's TransactionSql, inferred from the client. */
+export async function postgresJsTx(): Promise<void> {
+  const { default: postgres } = await import('postgres');
+  const { postgresjs } = await import('../src/postgresjs/index.js');
+  const sql = postgres('postgres://localhost/none');
+  const store = new PostgresStore({ client: postgresjs(sql) });
+  const mw = express({ store });
+  await mw.context({ locals: {} })?.phase('charge', async (tx) => {
+    const rows = await tx`INSERT INTO charges (amount) VALUES (${1}) RETURNING id`;
+    const savepoint: (cb: (s: typeof tx) => Promise<number>) => Promise<number> = tx.savepoint;
+    void savepoint;
+    // @ts-expect-error tx is postgres.js's TransactionSql, not a Queryable
+    await tx.query('SELECT 1');
+    return rows.count;
+  });
+}

@@ -13,6 +13,7 @@
 import { InvalidOptionError } from '../core/errors.js';
 import { type PoolLike, type Queryable, type QueryResultLike, SQL_DRIVER, type SqlClient, type SqlDriver, type SqlExecutor, toExecutor } from '../postgres/client.js';
 import { sourceOf } from '../postgres/notify.js';
+import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable } from '../postgresjs/index.js';
 
 /**
  * The slice of a Drizzle PostgreSQL database idem uses: `transaction`, whose `tx` is what a
@@ -107,7 +108,17 @@ function sessionClient(tx: unknown): unknown {
  * @throws {TypeError} for a driver idem does not know
  */
 function connectionOf(client: unknown): Connection {
-  // POSTGRESJS
+  const postgresJs = client as PostgresJsLike<PostgresJsQueryable> | undefined;
+  if (typeof client === 'function' && typeof postgresJs?.begin === 'function') {
+    // postgres.js: `sql`; inside Drizzle's transaction, the `sql` of `sql.begin`.
+    const outside = postgresjs(postgresJs);
+    return {
+      name: 'drizzle (postgres.js)',
+      query: (text, params) => outside.query(text, params),
+      inTransaction: (tx) => ({ sql: postgresjsQueryable(tx as PostgresJsQueryable) }),
+      ...(outside.listen && { listen: outside.listen }),
+    };
+  }
   if (!client || typeof (client as Queryable).query !== 'function') {
     throw new TypeError('idem/drizzle: the Drizzle database must be on node-postgres (a pg.Pool), postgres.js or PGlite');
   }

@@ -1,14 +1,14 @@
 /**
  * PostgresStore through `idem/drizzle` for the store factory list (test/helpers/stores.ts):
  * Drizzle on node-postgres and on postgres.js (real PostgreSQL, DATABASE_URL) and on PGlite.
- * The store runs on the Drizzle database; a phase's `tx` is Drizzle's transaction, and the
+ * The store runs on the Drizzle database and a phase's `tx` is Drizzle's transaction; the
  * contract's business effect is a row inserted with Drizzle's query builder on it
  * (`tx.insert(side)`), so "a fenced phase leaves no row" and "a throwing effect leaves no
- * recovery point" are checked on what Drizzle wrote. The other backdoors (age a key, read its
- * token, …) are those of the plain PostgreSQL entry, on the driver's own client.
+ * recovery point" are checked on what Drizzle wrote. The other backdoors are SQL on the
+ * driver's own client, as for the plain PostgreSQL entries.
  */
 import { PGlite } from '@electric-sql/pglite';
-import { sql } from 'drizzle-orm';
+import { type SQL, sql } from 'drizzle-orm';
 import { drizzle as onNodePostgres } from 'drizzle-orm/node-postgres';
 import { type PgDatabase, type PgQueryResultHKT, pgTable, serial, text } from 'drizzle-orm/pg-core';
 import { drizzle as onPglite } from 'drizzle-orm/pglite';
@@ -16,96 +16,67 @@ import { drizzle as onPostgresJs } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
 import { drizzle } from '../../src/drizzle/index.js';
-import type { SqlClient } from '../../src/postgres/client.js';
-import { PostgresStore } from '../../src/postgres/index.js';
-import { postgresFactory, type StoreFactory, type StoreHarness } from './stores.js';
+import type { Queryable, SqlClient } from '../../src/postgres/client.js';
+import { postgresjs } from '../../src/postgresjs/index.js';
+import { type PostgresClient, postgresFactory, type StoreFactory } from './stores.js';
 
 /** Any Drizzle PostgreSQL database; its transaction is what the phases get. */
 type Database = PgDatabase<PgQueryResultHKT>;
 type Tx = Parameters<Parameters<Database['transaction']>[0]>[0];
 
-/** A Drizzle database, and the same connection as a SqlClient for the backdoors' SQL. */
-interface Opened {
-  db: Database;
-  client: SqlClient;
-  close(): Promise<void>;
+/** `text` with `$1…` placeholders as Drizzle SQL, the parameters bound (never interpolated). */
+function bound(text: string, params: unknown[]): SQL {
+  return sql.join(text.split(/\$(\d+)/).map((part, i) => (i % 2 === 1 ? sql`${params[Number(part) - 1]}` : sql.raw(part))));
 }
 
-/**
- * The plain PostgreSQL entry's harness with the store and the two transaction backdoors
- * (`effect`, `staleInTx`) on Drizzle instead.
- */
-function drizzleFactory(name: string, open: () => Promise<Opened>, contractOnly = false): StoreFactory {
-  let opened: Opened | undefined;
-  const base = postgresFactory(name, async () => (opened = await open()), false, contractOnly);
+/** The store on `drizzle(db)`; the backdoors' SQL on `client` (the same database). */
+function onDrizzle(db: Database, client: { sql: Queryable; raw?: SqlClient }, close: () => Promise<void>): PostgresClient<Tx> {
   return {
-    ...base,
-    async connect() {
-      const backend = await base.connect();
-      const driver = drizzle(opened!.db);
-      return {
-        ...backend,
-        async fresh() {
-          const plain = await backend.fresh();
-          const table = (plain.store as PostgresStore<unknown>).table;
-          const store = new PostgresStore({ client: driver, table });
-          const side = pgTable(`${table}_side`, { id: serial('id').primaryKey(), note: text('note').notNull() });
-          const harness: StoreHarness<Tx> = {
-            ...(plain as StoreHarness<unknown>),
-            store,
-            sweep: (options) => store.sweep(options),
-            effect: (note) => async (tx) => {
-              await tx.insert(side).values({ note });
-              return { note };
-            },
-            async staleInTx(tx, scope, key) {
-              await tx.execute(sql`UPDATE ${sql.identifier(table)} SET lock_version = lock_version + 1 WHERE scope = ${scope} AND key = ${key}`);
-            },
-          };
-          return harness as StoreHarness;
-        },
-      };
+    client: drizzle(db),
+    ...client,
+    insert: async (tx, side, note) => {
+      const table = pgTable(side, { id: serial('id').primaryKey(), note: text('note').notNull() });
+      await tx.insert(table).values({ note });
     },
+    inTx: (tx, text, params) => tx.execute(bound(text, params)),
+    close,
   };
 }
-
-const url = () => process.env.DATABASE_URL!;
 
 /** Drizzle on node-postgres (a pg.Pool) on PostgreSQL. */
-export const drizzleNodePostgresFactory = drizzleFactory('PostgresStore via Drizzle (node-postgres) on PostgreSQL', async () => {
-  const pool = new pg.Pool({ connectionString: url(), max: 20 });
-  return { db: onNodePostgres(pool), client: pool as SqlClient, close: () => pool.end() };
-});
+const openNodePostgres = async () => {
+  const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 20 });
+  return onDrizzle(onNodePostgres(pool), { sql: pool, raw: pool }, () => pool.end());
+};
 
-/** Drizzle on postgres.js on PostgreSQL; the backdoors use a pg.Pool beside it. */
-export const drizzlePostgresJsFactory = drizzleFactory('PostgresStore via Drizzle (postgres.js) on PostgreSQL', async () => {
-  const sql = postgres(url(), { max: 20, onnotice: () => undefined });
-  const pool = new pg.Pool({ connectionString: url(), max: 4 });
-  return {
-    db: onPostgresJs(sql),
-    client: pool as SqlClient,
-    async close() {
-      await sql.end();
-      await pool.end();
-    },
-  };
-});
+/** Drizzle on postgres.js on PostgreSQL; the backdoors go through idem/postgresjs on the same client. */
+const openPostgresJs = async () => {
+  const client = postgres(process.env.DATABASE_URL!, { max: 20, onnotice: () => undefined });
+  // Drizzle first: it sets the client's parsers (timestamptz as text) before anything queries.
+  const db = onPostgresJs(client);
+  return onDrizzle(db, { sql: postgresjs(client) }, () => client.end({ timeout: 5 }));
+};
+
+/** Drizzle on PGlite. */
+const openPglite = async () => {
+  const client = new PGlite();
+  await client.waitReady;
+  return onDrizzle(onPglite(client), { sql: client, raw: client }, () => client.close());
+};
 
 /**
- * Drizzle on PGlite. Contract only: the engine and HTTP suites on PGlite take minutes and run
- * on the plain PGlite entry, and on Drizzle through the two PostgreSQL entries.
+ * The Drizzle entries: on PGlite always (the contract only: the engine and HTTP suites on PGlite
+ * take minutes and run on the plain PGlite entry, and on Drizzle through the PostgreSQL
+ * entries), on PostgreSQL through node-postgres and postgres.js when DATABASE_URL is set.
  */
-export const drizzlePgliteFactory = drizzleFactory(
-  'PostgresStore via Drizzle on PGlite',
-  async () => {
-    const client = new PGlite();
-    await client.waitReady;
-    return { db: onPglite(client), client: client as SqlClient, close: () => client.close() };
-  },
-  true,
-);
-
-/** The Drizzle entries: on PGlite always, on PostgreSQL when DATABASE_URL is set. */
 export function drizzleFactories(): StoreFactory[] {
-  return [drizzlePgliteFactory, ...(process.env.DATABASE_URL ? [drizzleNodePostgresFactory] : [])];
+  return [
+    postgresFactory('PostgresStore via Drizzle on PGlite', openPglite, false, true),
+    ...(process.env.DATABASE_URL
+      ? [
+          postgresFactory('PostgresStore via Drizzle (node-postgres) on PostgreSQL', openNodePostgres, false),
+          postgresFactory('PostgresStore via Drizzle (postgres.js) on PostgreSQL', openPostgresJs, false),
+        ]
+      : []),
+  ];
 }

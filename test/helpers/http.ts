@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import type { SqlClient } from '../../src/postgres/client.js';
+import type { Queryable } from '../../src/postgres/client.js';
 import { PostgresStore } from '../../src/postgres/index.js';
 import { checkProblem, PROBLEM, type ProblemBody } from './problem.js';
 
@@ -37,7 +37,7 @@ export interface KeyRow {
   locked: boolean;
 }
 
-export async function keyRows(client: SqlClient, table: string): Promise<KeyRow[]> {
+export async function keyRows(client: Queryable, table: string): Promise<KeyRow[]> {
   const { rows } = await client.query(
     `SELECT scope, key, state, recovery_point, lock_version::text AS lock_version,
        encode(fingerprint, 'hex') AS fingerprint, response_status, encode(response_body, 'hex') AS response_body,
@@ -47,13 +47,13 @@ export async function keyRows(client: SqlClient, table: string): Promise<KeyRow[
   return rows as unknown as KeyRow[];
 }
 
-export async function countRows(client: SqlClient, table: string): Promise<number> {
+export async function countRows(client: Queryable, table: string): Promise<number> {
   const { rows } = await client.query(`SELECT count(*)::int AS n FROM "${table}"`);
   return Number(rows[0]!.n);
 }
 
 /** Every column of every row as text: for checking that a value is stored nowhere. */
-export async function tableText(client: SqlClient, table: string): Promise<string> {
+export async function tableText(client: Queryable, table: string): Promise<string> {
   const { rows } = await client.query(`SELECT t::text AS t FROM "${table}" t`);
   return rows.map((r) => String(r.t)).join('\n');
 }

@@ -11,8 +11,10 @@
 import { after, before } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
+import postgres from 'postgres';
 import { PostgresStore, type PostgresStoreOptions } from '../../src/postgres/index.js';
-import type { Queryable, SqlClient } from '../../src/postgres/client.js';
+import type { Queryable, SqlClient, SqlDriver } from '../../src/postgres/client.js';
+import { postgresjs } from '../../src/postgresjs/index.js';
 import { MemoryStore, type MemoryTx } from '../../src/memory/index.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
@@ -112,15 +114,42 @@ export interface StoreFactory {
   connect(): Promise<StoreBackend>;
 }
 
-const q = (client: SqlClient): Queryable => client as Queryable;
+/**
+ * A PostgreSQL database through one client: what the store is given, SQL for the backdoors,
+ * and the client's own way to write a business row inside a phase's transaction.
+ * @typeParam Tx the client's transaction object (a phase's `tx`)
+ */
+export interface PostgresClient<Tx> {
+  /** What `PostgresStore` gets as `client`. */
+  client: SqlClient | SqlDriver<Tx>;
+  /** The pg.Pool or PGlite itself, for suites that build stores with other options. */
+  raw?: SqlClient;
+  /** Autocommit SQL on the same database, for the backdoors. */
+  sql: Queryable;
+  /** Inserts `note` into the table `side` through the client's own API on `tx`. */
+  insert(tx: Tx, side: string, note: string): Promise<void>;
+  /** Runs a statement on `tx` ($1… placeholders), for the backdoor that acts inside a commit. */
+  inTx(tx: Tx, text: string, params: unknown[]): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+/** pg.Pool and PGlite: the store gets the client, a phase's `tx` is the connection (a Queryable). */
+const queryableClient = (client: SqlClient, close: () => Promise<void>): PostgresClient<Queryable> => ({
+  client,
+  raw: client,
+  sql: client,
+  insert: async (tx, side, note) => void (await tx.query(`INSERT INTO "${side}" (note) VALUES ($1)`, [note])),
+  inTx: (tx, text, params) => tx.query(text, params),
+  close,
+});
 
 /** The PostgreSQL store on `open()`'s client; every `fresh()` a new table. */
-export function postgresFactory(
+export function postgresFactory<Tx>(
   name: string,
-  open: () => Promise<{ client: SqlClient; close(): Promise<void> }>,
+  open: () => Promise<PostgresClient<Tx>>,
   partitioned: boolean,
   contractOnly = false,
-  options: Partial<PostgresStoreOptions> = {},
+  options: Partial<PostgresStoreOptions<Tx>> = {},
 ): StoreFactory {
   return {
     name,
@@ -128,45 +157,45 @@ export function postgresFactory(
     capabilities: { sweep: partitioned ? 'partitions' : 'rows', partitioned, sql: true, virtualTime: false },
     async connect() {
       const db = await open();
-      const client = db.client;
+      const client = db.sql;
       return {
-        client,
+        ...(db.raw && { client: db.raw }),
         close: () => db.close(),
         async fresh() {
           const table = tableName();
           const side = `${table}_side`;
-          const store = new PostgresStore({ ...options, client, table, partitioned });
+          const store = new PostgresStore<Tx>({ ...options, client: db.client as PostgresStoreOptions<Tx>['client'], table, partitioned });
           await store.migrate();
-          await q(client).query(`CREATE TABLE "${side}" (id serial PRIMARY KEY, note text NOT NULL)`);
+          await client.query(`CREATE TABLE "${side}" (id serial PRIMARY KEY, note text NOT NULL)`);
           const where = `WHERE scope = $1 AND key = $2`;
-          const harness: StoreHarness<Queryable> = {
+          const harness: StoreHarness<Tx> = {
             store,
             sweep: (options) => store.sweep(options),
             effect: (note) => async (tx) => {
-              await tx.query(`INSERT INTO "${side}" (note) VALUES ($1)`, [note]);
+              await db.insert(tx, side, note);
               return { note };
             },
-            effects: async () => (await q(client).query(`SELECT note FROM "${side}" ORDER BY id`)).rows.map((r) => String(r.note)),
+            effects: async () => (await client.query(`SELECT note FROM "${side}" ORDER BY id`)).rows.map((r) => String(r.note)),
             async age(scope, key, ms) {
-              await q(client).query(
+              await client.query(
                 `UPDATE "${table}" SET created_at = created_at - $3::int8 * interval '1 millisecond',
                    locked_until = locked_until - $3::int8 * interval '1 millisecond' ${where}`,
                 [scope, key, ms],
               );
             },
             async setLease(scope, key, ms) {
-              await q(client).query(`UPDATE "${table}" SET locked_until = now() + $3::int8 * interval '1 millisecond' ${where}`, [scope, key, ms]);
+              await client.query(`UPDATE "${table}" SET locked_until = now() + $3::int8 * interval '1 millisecond' ${where}`, [scope, key, ms]);
             },
             async tokenOf(scope, key) {
-              const row = (await q(client).query(`SELECT lock_version::text AS t FROM "${table}" ${where}`, [scope, key])).rows[0];
+              const row = (await client.query(`SELECT lock_version::text AS t FROM "${table}" ${where}`, [scope, key])).rows[0];
               return row ? Number(row.t) : undefined;
             },
-            snapshot: async (scope, key) => (await q(client).query(`SELECT * FROM "${table}" ${where}`, [scope, key])).rows[0],
-            count: async () => Number((await q(client).query(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0]!.n),
+            snapshot: async (scope, key) => (await client.query(`SELECT * FROM "${table}" ${where}`, [scope, key])).rows[0],
+            count: async () => Number((await client.query(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0]!.n),
             async staleInTx(tx, scope, key) {
-              await tx.query(`UPDATE "${table}" SET lock_version = lock_version + 1 ${where}`, [scope, key]);
+              await db.inTx(tx, `UPDATE "${table}" SET lock_version = lock_version + 1 ${where}`, [scope, key]);
             },
-            dump: async () => (await q(client).query(`SELECT k::text AS row FROM "${table}" AS k`)).rows.map((r) => String(r.row)).join('\n'),
+            dump: async () => (await client.query(`SELECT k::text AS row FROM "${table}" AS k`)).rows.map((r) => String(r.row)).join('\n'),
             rows: () => keyRows(client, table),
             async sweepKey(scope, key) {
               if (!partitioned) {
@@ -175,8 +204,8 @@ export function postgresFactory(
                 return store.sweep({ retentionMs: 60_000 });
               }
               // Partitioned sweeps drop whole days: move the row alone into yesterday's partition.
-              await q(client).query(`DELETE FROM "${table}" WHERE NOT (scope = $1 AND key = $2)`, [scope, key]);
-              await q(client).query(
+              await client.query(`DELETE FROM "${table}" WHERE NOT (scope = $1 AND key = $2)`, [scope, key]);
+              await client.query(
                 `UPDATE "${table}" SET created_at = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '1 hour',
                    locked_until = NULL ${where}`,
                 [scope, key],
@@ -186,13 +215,13 @@ export function postgresFactory(
               return store.sweep({ retentionMs: 1 });
             },
             async drop() {
-              await q(client).query(`DROP TABLE IF EXISTS "${side}"`);
-              await q(client).query(`DROP TABLE IF EXISTS "${table}_blobs"`);
-              await q(client).query(`DROP TABLE IF EXISTS "${table}"`);
-              await q(client).query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
+              await client.query(`DROP TABLE IF EXISTS "${side}"`);
+              await client.query(`DROP TABLE IF EXISTS "${table}_blobs"`);
+              await client.query(`DROP TABLE IF EXISTS "${table}"`);
+              await client.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
             },
           };
-          return harness as StoreHarness;
+          return harness as unknown as StoreHarness;
         },
       };
     },
@@ -304,11 +333,27 @@ export const memoryFactory: StoreFactory = {
 const openPglite = async () => {
   const db = new PGlite();
   await db.waitReady;
-  return { client: db as SqlClient, close: () => db.close() };
+  return queryableClient(db as SqlClient, () => db.close());
 };
 const openPostgres = async () => {
   const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 20 });
-  return { client: pool as SqlClient, close: () => pool.end() };
+  return queryableClient(pool as SqlClient, () => pool.end());
+};
+/**
+ * postgres.js (the `postgres` package) on real PostgreSQL: it speaks the wire protocol over a
+ * socket, so it cannot run on PGlite (in-process, no server). The business row is written with
+ * postgres.js's own tagged template on the phase's `tx` (the `sql` of `sql.begin`).
+ */
+const openPostgresJs = async (): Promise<PostgresClient<postgres.TransactionSql>> => {
+  const sql = postgres(process.env.DATABASE_URL!, { max: 20, onnotice: () => undefined });
+  const driver = postgresjs(sql);
+  return {
+    client: driver,
+    sql: driver,
+    insert: async (tx, side, note) => void (await tx`INSERT INTO ${tx(side)} (note) VALUES (${note})`),
+    inTx: (tx, text, params) => tx.unsafe(text, params as string[]),
+    close: () => sql.end({ timeout: 5 }),
+  };
 };
 
 /**
@@ -330,6 +375,9 @@ export const storeFactories: StoreFactory[] = [
         postgresFactory('PostgresStore on PostgreSQL', openPostgres, false),
         postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true),
         postgresFactory('PostgresStore (group commit) on PostgreSQL', openPostgres, false, true, { groupCommit: true }),
+        postgresFactory('PostgresStore on postgres.js', openPostgresJs, false),
+        // Group commit's batched statements bind their batch as one json parameter: checked on postgres.js too.
+        postgresFactory('PostgresStore (group commit) on postgres.js', openPostgresJs, false, true, { groupCommit: true }),
       ]
     : []),
   ...drizzleFactories(),

@@ -1,0 +1,133 @@
+/**
+ * `idem/postgresjs`: the PostgreSQL store on a postgres.js client (the `postgres` package).
+ * A phase's `tx` is postgres.js's own `sql` inside `sql.begin`, and idem's fenced write runs in
+ * that same transaction (protocol.md K4, K5).
+ *
+ * @example
+ * ```ts
+ * import postgres from 'postgres';
+ * import { PostgresStore } from 'idem/postgres';
+ * import { postgresjs } from 'idem/postgresjs';
+ *
+ * const sql = postgres(process.env.DATABASE_URL!);
+ * const store = new PostgresStore({ client: postgresjs(sql) });
+ * // in a handler: await idem.phase('charge', (tx) => tx`INSERT INTO charges ${tx(charge)}`);
+ * ```
+ */
+import { InvalidOptionError } from '../core/errors.js';
+import { type Queryable, type QueryResultLike, SQL_DRIVER, type SqlDriver } from '../postgres/client.js';
+
+/** A postgres.js result: the rows, with the command's row count (`count`). */
+export interface PostgresJsResult extends ReadonlyArray<Record<string, unknown>> {
+  count: number | null;
+}
+
+/** The slice of postgres.js's `sql` (and of the `sql` inside `begin`) that idem uses: `unsafe`. */
+export interface PostgresJsQueryable {
+  unsafe(query: string, parameters?: never[], options?: { prepare?: boolean }): PromiseLike<PostgresJsResult>;
+}
+
+/**
+ * The slice of a postgres.js client (`postgres(url)`) that idem uses, declared here so that
+ * `postgres` stays an optional peer dependency.
+ * @typeParam Tx the `sql` that `begin` hands its callback (postgres.js `TransactionSql`)
+ */
+export interface PostgresJsLike<Tx extends PostgresJsQueryable> extends PostgresJsQueryable {
+  begin<T>(fn: (sql: Tx) => T | Promise<T>): Promise<unknown>;
+  begin<T>(options: string, fn: (sql: Tx) => T | Promise<T>): Promise<unknown>;
+  listen?(channel: string, onnotify: (payload: string) => void, onlisten?: () => void): Promise<{ unlisten(): Promise<void> }>;
+  /** The client's parsed options: a `transform` here renames idem's columns, so it is refused. */
+  options?: { transform?: { column?: { from?: unknown }; value?: { from?: unknown }; row?: { from?: unknown } } };
+}
+
+/**
+ * Indexes of the parameters that idem's statement `text` casts to `json`/`jsonb` (`$5::jsonb`).
+ * idem binds JSON as text; postgres.js serializes a parameter the server types as JSON with
+ * `JSON.stringify`, which would store the text as a JSON string. Those parameters are handed
+ * over as values whose `toJSON` is the parsed document, so postgres.js writes that document.
+ */
+const jsonParams = new Map<string, number[]>();
+function jsonIndexes(text: string): number[] {
+  let found = jsonParams.get(text);
+  if (!found) {
+    found = [...text.matchAll(/\$(\d+)::jsonb?\b/g)].map((m) => Number(m[1]) - 1);
+    jsonParams.set(text, found);
+  }
+  return found;
+}
+
+function bind(text: string, params: unknown[] | undefined): never[] {
+  const values = params ?? [];
+  const json = jsonIndexes(text);
+  if (json.length === 0) return values as never[];
+  const bound = values.slice();
+  for (const i of json) {
+    const value = bound[i];
+    if (typeof value === 'string') bound[i] = { toJSON: () => JSON.parse(value) as unknown };
+  }
+  return bound as never[];
+}
+
+/** One of idem's statements as a prepared statement on `sql` (the client, or the `sql` of `begin`). */
+async function run(sql: PostgresJsQueryable, text: string, params: unknown[] | undefined): Promise<QueryResultLike> {
+  const rows = await sql.unsafe(text, bind(text, params), { prepare: true });
+  return { rows: rows as unknown as Array<Record<string, unknown>>, rowCount: rows.count };
+}
+
+/**
+ * idem's statements on `sql`, the client or the `sql` inside `begin`, as {@link postgresjs}
+ * runs them: for a driver that reaches postgres.js through another library (idem/drizzle).
+ */
+export function postgresjsQueryable(sql: PostgresJsQueryable): Queryable {
+  return { query: (text, params) => run(sql, text, params) };
+}
+
+/**
+ * The driver of a postgres.js client for `PostgresStore`: idem's statements run through
+ * `sql.unsafe(text, params, { prepare: true })` (a named prepared statement per connection,
+ * parsed once; concurrent statements on a connection are pipelined by postgres.js), and a
+ * phase's transaction is `sql.begin`, whose `sql` the phase receives as `tx`.
+ *
+ * The client must parse values as postgres.js does by default (bytea as Buffer, json as
+ * values, timestamptz as Date, int8 as string, or as BigInt with `types: { bigint }`).
+ * `storeTimeoutMs` answers a silent database's request at the deadline but cannot end
+ * postgres.js's connection: give the client its own limit too, e.g.
+ * `postgres(url, { connection: { statement_timeout: 10_000 } })`. Wait mode (`notify: true`)
+ * uses `sql.listen`, on postgres.js's own listening connection.
+ *
+ * @param sql the client, `postgres(url, options)`
+ * @throws {InvalidOptionError} when `sql` is not a postgres.js client, or has a `transform`
+ *   (e.g. `postgres.camel`): it would rename idem's columns; use a client without one
+ */
+export function postgresjs<Tx extends PostgresJsQueryable>(sql: PostgresJsLike<Tx>): SqlDriver<Tx> {
+  if (!sql || typeof sql.unsafe !== 'function' || typeof sql.begin !== 'function') {
+    throw new InvalidOptionError('idem/postgresjs: pass a postgres.js client, postgres(url)');
+  }
+  const transform = sql.options?.transform;
+  if (transform?.column?.from || transform?.value?.from || transform?.row?.from) {
+    throw new InvalidOptionError(
+      "idem/postgresjs: the client has a `transform` (e.g. postgres.camel), which renames idem's columns; pass a postgres.js client without one",
+    );
+  }
+  const listen = sql.listen;
+  return {
+    kind: SQL_DRIVER,
+    name: 'postgres.js',
+    query: (text, params) => run(sql, text, params),
+    async transaction<T>(fn: (tx: Tx, q: Queryable) => Promise<T>): Promise<T> {
+      return (await sql.begin((tx) => fn(tx, { query: (text, params) => run(tx, text, params) }))) as T;
+    },
+    ...(listen && {
+      async listen(channel: string, onPayload: (payload: string | null) => void) {
+        let listening = false;
+        // postgres.js listens again by itself after its listening connection was lost and then
+        // calls `onlisten` once more: a notification may have been missed meanwhile (null).
+        const { unlisten } = await listen.call(sql, channel, onPayload, () => {
+          if (listening) onPayload(null);
+          listening = true;
+        });
+        return unlisten;
+      },
+    }),
+  };
+}
