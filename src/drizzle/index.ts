@@ -13,7 +13,7 @@
 import { InvalidOptionError } from '../core/errors.js';
 import { type PoolLike, type Queryable, type QueryResultLike, SQL_DRIVER, type SqlClient, type SqlDriver, type SqlExecutor, toExecutor } from '../postgres/client.js';
 import { sourceOf } from '../postgres/notify.js';
-import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable } from '../postgresjs/index.js';
+import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable, sendsJsonAsText } from '../postgresjs/index.js';
 
 /**
  * The slice of a Drizzle PostgreSQL database idem uses: `transaction`, whose `tx` is what a
@@ -112,10 +112,11 @@ function connectionOf(client: unknown): Connection {
   if (typeof client === 'function' && typeof postgresJs?.begin === 'function') {
     // postgres.js: `sql`; inside Drizzle's transaction, the `sql` of `sql.begin`.
     const outside = postgresjs(postgresJs);
+    const jsonAsText = sendsJsonAsText(postgresJs); // Drizzle made the json serializers the identity
     return {
       name: 'drizzle (postgres.js)',
       query: (text, params) => outside.query(text, params),
-      inTransaction: (tx) => ({ sql: postgresjsQueryable(tx as PostgresJsQueryable) }),
+      inTransaction: (tx) => ({ sql: postgresjsQueryable(tx as PostgresJsQueryable, jsonAsText) }),
       ...(outside.listen && { listen: outside.listen }),
     };
   }
