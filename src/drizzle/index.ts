@@ -11,7 +11,16 @@
  * `drizzle-orm/pglite`. Drizzle is an optional peer dependency; nothing of it is imported here.
  */
 import { InvalidOptionError } from '../core/errors.js';
-import { type PoolLike, type Queryable, type QueryResultLike, SQL_DRIVER, type SqlClient, type SqlDriver, type SqlExecutor, toExecutor } from '../postgres/client.js';
+import {
+  type PoolLike,
+  type Queryable,
+  type QueryResultLike,
+  SQL_DRIVER,
+  type SqlClient,
+  type SqlDriver,
+  type SqlExecutor,
+  toExecutor,
+} from '../postgres/client.js';
 import { sourceOf } from '../postgres/notify.js';
 import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable, sendsJsonAsText } from '../postgresjs/index.js';
 
@@ -99,7 +108,10 @@ export function drizzle<Tx>(db: DrizzleDatabaseLike<Tx>): SqlDriver<Tx> {
  */
 function sessionClient(tx: unknown): unknown {
   const client = (tx as TransactionInternals)?._?.session?.client;
-  if (!client) throw new InvalidOptionError("idem/drizzle: cannot find the connection of Drizzle's transaction (tx._.session.client); is this drizzle-orm version supported?");
+  if (!client)
+    throw new InvalidOptionError(
+      "idem/drizzle: cannot find the connection of Drizzle's transaction (tx._.session.client); is this drizzle-orm version supported?",
+    );
   return client;
 }
 
