@@ -28,7 +28,7 @@ export interface DrizzleAppOptions {
   leaseMs?: number;
 }
 
-/** Builds the app on a migrated database (`PostgresStore#migrate` and `migrateExample`). */
+/** Builds the app on a migrated database (`PostgresStore#migrate` and migrations/, see server.ts). */
 export function createDrizzleApp({ db, psp, leaseMs }: DrizzleAppOptions) {
   // `tx` in phases is Drizzle's transaction on `db`, typed from it: no casts below.
   const store = new PostgresStore({ client: drizzle(db) });
@@ -64,21 +64,19 @@ export function createDrizzleApp({ db, psp, leaseMs }: DrizzleAppOptions) {
 
     return idem.respond(async (tx) => {
       await tx.update(charges).set({ status: 'succeeded', pspChargeId: pspCharge.id }).where(eq(charges.id, charge.id));
-      return c.json(
-        {
-          id: charge.id,
-          object: 'charge',
-          amount: req.amount,
-          currency: req.currency,
-          customer: req.customer,
-          status: 'succeeded',
-          psp_charge_id: pspCharge.id,
-          metadata: req.metadata,
-          created: charge.created,
-        },
-        201,
-        { location: `/v1/charges/${charge.id}` },
-      );
+      const { amount, currency, customer, metadata } = req;
+      const body = {
+        id: charge.id,
+        object: 'charge',
+        amount,
+        currency,
+        customer,
+        status: 'succeeded',
+        psp_charge_id: pspCharge.id,
+        metadata,
+        created: charge.created,
+      };
+      return c.json(body, 201, { location: `/v1/charges/${charge.id}` });
     });
   });
 

@@ -7,32 +7,40 @@
  * Environment: PORT (3000; 0 picks a free one), HOST (127.0.0.1), PSP_LATENCY_MS (50),
  * IDEM_LEASE_MS (60000).
  */
+import { fileURLToPath } from 'node:url';
 import { serve } from '@hono/node-server';
 import { createDrizzleApp } from './app.js';
 import { FakePsp } from './psp.js';
-import { type Database, migrateExample, schema } from './schema.js';
+import { type Database, schema } from './schema.js';
 
 const env = process.env;
 
 /** The Drizzle database on the configured driver, and how to close it. */
-async function open(): Promise<{ db: Database; kind: string; close(): Promise<void> }> {
+async function open(): Promise<{ db: Database; kind: string; migrate(): Promise<void>; close(): Promise<void> }> {
+  const migrations = { migrationsFolder: fileURLToPath(new URL('./migrations', import.meta.url)) };
   if (env.DATABASE_URL && env.DRIZZLE_DRIVER === 'postgres-js') {
     const { default: postgres } = await import('postgres');
     const { drizzle } = await import('drizzle-orm/postgres-js');
+    const { migrate } = await import('drizzle-orm/postgres-js/migrator');
     const sql = postgres(env.DATABASE_URL, { max: 10, onnotice: () => undefined });
-    return { db: drizzle(sql, { schema }), kind: 'postgres.js', close: () => sql.end() };
+    const db = drizzle(sql, { schema });
+    return { db, kind: 'postgres.js', migrate: () => migrate(db, migrations), close: () => sql.end() };
   }
   if (env.DATABASE_URL) {
     const { default: pg } = await import('pg');
     const { drizzle } = await import('drizzle-orm/node-postgres');
+    const { migrate } = await import('drizzle-orm/node-postgres/migrator');
     const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: 10 });
     pool.on('error', (error) => console.error(`drizzle example: idle database connection lost: ${error.message}`));
-    return { db: drizzle(pool, { schema }), kind: 'node-postgres', close: () => pool.end() };
+    const db = drizzle(pool, { schema });
+    return { db, kind: 'node-postgres', migrate: () => migrate(db, migrations), close: () => pool.end() };
   }
   const { PGlite } = await import('@electric-sql/pglite');
   const { drizzle } = await import('drizzle-orm/pglite');
+  const { migrate } = await import('drizzle-orm/pglite/migrator');
   const client = await PGlite.create(env.IDEM_DATA_DIR);
-  return { db: drizzle(client, { schema }), kind: `pglite ${env.IDEM_DATA_DIR ?? 'in memory'}`, close: () => client.close() };
+  const db = drizzle(client, { schema });
+  return { db, kind: `pglite ${env.IDEM_DATA_DIR ?? 'in memory'}`, migrate: () => migrate(db, migrations), close: () => client.close() };
 }
 
 const database = await open();
@@ -43,7 +51,7 @@ try {
     leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
   });
   await store.migrate();
-  await migrateExample(database.db);
+  await database.migrate();
   const host = env.HOST ?? '127.0.0.1';
   const server = serve({ fetch: app.fetch, port: Number(env.PORT ?? 3000), hostname: host }, (info) => {
     console.log(`idem drizzle example listening on http://${host}:${info.port} (${database.kind})`);
