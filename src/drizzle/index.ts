@@ -77,6 +77,8 @@ interface Connection {
  * ```
  * @throws {TypeError} when `db` is not a Drizzle database on one of those drivers (a single
  *   `pg.Client` cannot run concurrent transactions: make the database on a `pg.Pool`)
+ * @throws {InvalidOptionError} for a postgres.js client with a `transform` (see `postgresjs`);
+ *   at a phase, when Drizzle's transaction does not hold its connection where idem looks
  */
 export function drizzle<Tx>(db: DrizzleDatabaseLike<Tx>): SqlDriver<Tx> {
   if (!db || typeof db.transaction !== 'function' || !db.$client) {
