@@ -51,8 +51,8 @@ function rawSide(runQuery: Run, table: string) {
   };
 }
 
-/** The idem side: the engine on the PostgreSQL store. */
-function idemSide(engine: IdempotencyEngine<Queryable>) {
+/** The idem side: the engine on the PostgreSQL store (any client; bench/postgresjs.ts uses it too). */
+export function idemSide<Tx>(engine: IdempotencyEngine<Tx>) {
   return {
     async newRequest(): Promise<void> {
       const begun = await engine.begin({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT });

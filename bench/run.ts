@@ -1,7 +1,7 @@
 /**
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
- * `--only=library,pglite,http,peers,growth,memory` runs a subset (the report then holds only
+ * `--only=library,pglite,postgresjs,http,peers,growth,memory` runs a subset (the report then holds only
  * those sections). Not a test: CI never runs it and nothing gates on speed.
  *
  * Needs PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) and Redis
@@ -84,6 +84,7 @@ async function section(name: string, load: () => Promise<(cfg: BenchConfig, log:
 
 await section('library', async () => (await import('./library.js')).postgresLibrary);
 await section('pglite', async () => (await import('./library.js')).pgliteLibrary);
+await section('postgresjs', async () => (await import('./postgresjs.js')).postgresjs);
 await section('http', async () => (await import('./http.js')).httpLevel);
 await section('peers', async () => (await import('./peers.js')).peers);
 await section('growth', async () => (await import('./growth.js')).growth);

@@ -40,7 +40,7 @@ DEPS=$(tar xzf "$TARBALL" -O package/package.json | node -e '
 echo "runtime dependencies: $DEPS"
 for dep in $DEPS; do
   case "$dep" in
-    commander | cli-progress | ms | idb-keyval | write-file-atomic | pg | @electric-sql/pglite | hono | express | \
+    commander | cli-progress | ms | idb-keyval | write-file-atomic | pg | postgres | @electric-sql/pglite | hono | express | \
       fastify | koa | next | @nestjs/* | rxjs | reflect-metadata | @middy/* | redis | @redis/* | ioredis | @opentelemetry/*)
       echo "check-pack: $dep must not be a runtime dependency" >&2
       exit 1
@@ -78,7 +78,7 @@ echo "== idem/otel without @opentelemetry/api: a typed error from openTelemetry(
 ')
 
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
-for peer in pg @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
+for peer in pg postgres @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
   fastify koa @nestjs/common @nestjs/core rxjs reflect-metadata next @middy/core drizzle-orm \
   @types/node @types/pg @types/express @types/koa @types/write-file-atomic typescript; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"

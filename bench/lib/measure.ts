@@ -103,3 +103,14 @@ export function fmtMs(n: number): string {
 export function fmtNoise(n: number): string {
   return `${Math.round(n * 100)} %`;
 }
+
+/**
+ * The cells of one raw-vs-idem comparison, in the order every side-by-side table shows them:
+ * raw ops/s, idem ops/s, **idem / raw**, raw p50 / p99, idem p50 / p99, noise raw / idem.
+ */
+export function comparisonCells(raw: Sampled, idem: Sampled): { rates: string[]; spread: string[] } {
+  return {
+    rates: [fmtRate(raw.opsPerSec), fmtRate(idem.opsPerSec), `**${ratio(idem.opsPerSec, raw.opsPerSec)}**`],
+    spread: [`${fmtMs(raw.p50Ms)} / ${fmtMs(raw.p99Ms)}`, `${fmtMs(idem.p50Ms)} / ${fmtMs(idem.p99Ms)}`, `${fmtNoise(raw.noise)} / ${fmtNoise(idem.noise)}`],
+  };
+}

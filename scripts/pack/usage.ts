@@ -15,6 +15,7 @@ import {
   IdempotencyEngine,
   type IdempotencyContext,
   type IdempotencyStore,
+  type TxOf,
   KeyState,
   ProblemKind,
   deriveKey,
@@ -45,7 +46,9 @@ import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { openTelemetry } from 'idem/otel';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
-import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
+import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
+import { postgresjs } from 'idem/postgresjs';
+import postgres from 'postgres';
 
 // A pg.Pool or a PGlite instance (PGlite's own .d.ts does not pass skipLibCheck: false).
 declare const sqlClient: SqlClient;
@@ -165,6 +168,15 @@ await consumer.consume({ id: 'm2', body: new Uint8Array() }, (ctx) =>
 const relayed: number = await new OutboxRelay({ outbox, publish: amqpPublisher(amqpChannel) }).relayOnce();
 console.log(relayed);
 
+// postgres.js: a phase's tx is postgres.js's own TransactionSql, inferred from the store (TxOf).
+const pgjs = postgres('postgres://localhost/app', { max: 4 });
+const pgjsDriver: SqlDriver<postgres.TransactionSql> = postgresjs(pgjs);
+const pgjsEngine = new IdempotencyEngine({ store: new PostgresStore({ client: pgjsDriver }) });
+const pgjsRun = await pgjsEngine.begin({ scope: 'jobs', key: 'job-2', fingerprint: fingerprint({ method: 'JOB', path: 'x', body: null }) });
+if (pgjsRun.kind === 'execute') {
+  const sameTx: TxOf<typeof pgjsEngine.store> = await pgjsRun.execution.phase('pgjs', async (tx) => tx);
+  console.log((await sameTx`SELECT 1 AS one`).count);
+}
 // Drizzle: a phase's tx is the database's own transaction type (the slice of drizzle-orm's
 // PgDatabase idem reads, declared here: drizzle-orm's .d.ts are not what this file checks).
 interface DrizzleTx {
@@ -172,7 +184,7 @@ interface DrizzleTx {
 }
 declare const drizzleDb: { transaction<T>(fn: (tx: DrizzleTx) => Promise<T>): Promise<T>; $client: SqlClient };
 const drizzleEngine = new IdempotencyEngine({ store: new PostgresStore({ client: drizzle(drizzleDb) }) });
-const drizzleBegun = await drizzleEngine.begin({ scope: 'jobs', key: 'job-2', fingerprint: fingerprint({ method: 'JOB', path: 'x', body: null }) });
+const drizzleBegun = await drizzleEngine.begin({ scope: 'jobs', key: 'job-3', fingerprint: fingerprint({ method: 'JOB', path: 'x', body: null }) });
 if (drizzleBegun.kind === 'execute') await drizzleBegun.execution.phase('charge', (tx) => tx.insert('charges').values({ amount: 1 }));
 
 // Internals stay out of the public types.

@@ -376,8 +376,10 @@ export const storeFactories: StoreFactory[] = [
         postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true),
         postgresFactory('PostgresStore (group commit) on PostgreSQL', openPostgres, false, true, { groupCommit: true }),
         postgresFactory('PostgresStore on postgres.js', openPostgresJs, false),
-        // Group commit's batched statements bind their batch as one json parameter: checked on postgres.js too.
+        // Group commit's batched statements bind their batch as one json parameter, and a
+        // partitioned claim is a transaction of idem's own through the driver: the contract on both.
         postgresFactory('PostgresStore (group commit) on postgres.js', openPostgresJs, false, true, { groupCommit: true }),
+        postgresFactory('PostgresStore (partitioned) on postgres.js', openPostgresJs, true, true),
       ]
     : []),
   ...drizzleFactories(),
