@@ -109,6 +109,19 @@ try {
   assert.deepEqual(await consumer.consume(message, handler), { action: 'ack', reason: 'processed' });
   assert.deepEqual(await consumer.consume({ ...message, attempt: 2 }, handler), { action: 'ack', reason: 'duplicate' });
   assert.equal(handled, 1, 'the message handler ran once');
+
+  // A phase through Drizzle's own transaction (idem/drizzle) on the same PGlite.
+  const { drizzle } = await import('drizzle-orm/pglite');
+  const { sql } = await import('drizzle-orm');
+  const drizzleStore = new modules['idem/postgres'].PostgresStore({ client: modules['idem/drizzle'].drizzle(drizzle(db)), table: 'idem_drizzle_keys' });
+  await drizzleStore.migrate();
+  const begun = await new root.IdempotencyEngine({ store: drizzleStore }).begin({
+    scope: 'jobs',
+    key: 'drizzle-1',
+    fingerprint: root.fingerprint({ method: 'JOB', path: 'drizzle', body: null }),
+  });
+  assert.equal(begun.kind, 'execute');
+  assert.equal(await begun.execution.phase('p', async (tx) => (await tx.execute(sql`SELECT 41 + 1 AS n`)).rows[0].n), 42);
 } finally {
   await db.close();
 }

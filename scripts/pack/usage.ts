@@ -23,6 +23,7 @@ import {
   problemResponse,
 } from 'idem';
 import { type AmqpConfirmChannelLike, amqpPublisher, consumeAmqp } from 'idem/amqp';
+import { drizzle } from 'idem/drizzle';
 import { IdempotentClient, MemoryIntentStore } from 'idem/client';
 import { FileIntentStore } from 'idem/client/node';
 import { IdempotentConsumer, type Disposition, type MessageContext } from 'idem/consumer';
@@ -179,6 +180,15 @@ if (pgjsRun.kind === 'execute') {
   const sameTx: TxOf<typeof pgjsEngine.store> = await pgjsRun.execution.phase('pgjs', async (tx) => tx);
   console.log((await sameTx`SELECT 1 AS one`).count);
 }
+// Drizzle: a phase's tx is the database's own transaction type (the slice of drizzle-orm's
+// PgDatabase idem reads, declared here: drizzle-orm's .d.ts are not what this file checks).
+interface DrizzleTx {
+  insert(table: 'charges'): { values(row: { amount: number }): Promise<void> };
+}
+declare const drizzleDb: { transaction<T>(fn: (tx: DrizzleTx) => Promise<T>): Promise<T>; $client: SqlClient };
+const drizzleEngine = new IdempotencyEngine({ store: new PostgresStore({ client: drizzle(drizzleDb) }) });
+const drizzleBegun = await drizzleEngine.begin({ scope: 'jobs', key: 'job-3', fingerprint: fingerprint({ method: 'JOB', path: 'x', body: null }) });
+if (drizzleBegun.kind === 'execute') await drizzleBegun.execution.phase('charge', (tx) => tx.insert('charges').values({ amount: 1 }));
 
 // Kysely and Prisma: a phase's tx is the client's own transaction, inferred from the store.
 declare const kdb: Kysely<{ charges: { id: Generated<number>; amount: number } }>;

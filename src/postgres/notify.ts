@@ -141,8 +141,11 @@ class PoolListener implements NotificationSource {
 
 const poolListeners = new WeakMap<object, PoolListener>();
 
-/** The notification source of `client`: a driver's or PGlite's own `listen`, or the pool's one shared listener. */
-function sourceOf(client: SqlClient | SqlDriver<unknown>): NotificationSource {
+/**
+ * The notification source of `client`: a driver's or PGlite's own `listen`, or the pool's one
+ * shared listener (also for a driver over a pool or PGlite, e.g. idem/drizzle).
+ */
+export function sourceOf(client: SqlClient | SqlDriver<unknown>): NotificationSource {
   if (isSqlDriver(client)) {
     const listen = client.listen;
     if (!listen) throw new TypeError(`idem/postgres: the ${client.name} driver cannot LISTEN`); // the options reject notify first

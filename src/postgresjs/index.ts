@@ -37,7 +37,11 @@ export interface PostgresJsLike<Tx extends PostgresJsQueryable> extends Postgres
   begin<T>(options: string, fn: (sql: Tx) => T | Promise<T>): Promise<unknown>;
   listen?(channel: string, onnotify: (payload: string) => void, onlisten?: () => void): Promise<{ unlisten(): Promise<void> }>;
   /** The client's parsed options: a `transform` here renames idem's columns, so it is refused. */
-  options?: { transform?: { column?: { from?: unknown }; value?: { from?: unknown }; row?: { from?: unknown } } };
+  options?: {
+    transform?: { column?: { from?: unknown }; value?: { from?: unknown }; row?: { from?: unknown } };
+    /** By type oid; Drizzle's postgres-js driver makes json's (114) and jsonb's (3802) the identity. */
+    serializers?: Record<string, unknown>;
+  };
 }
 
 /**
@@ -68,10 +72,30 @@ function bind(text: string, params: unknown[] | undefined): never[] {
   return bound as never[];
 }
 
-/** One of idem's statements as a prepared statement on `sql` (the client, or the `sql` of `begin`). */
-async function run(sql: PostgresJsQueryable, text: string, params: unknown[] | undefined): Promise<QueryResultLike> {
-  const rows = await sql.unsafe(text, bind(text, params), { prepare: true });
+/**
+ * True when `sql` sends a jsonb parameter as given rather than through `JSON.stringify` (a
+ * client Drizzle's postgres-js driver was made on): idem's JSON text then goes as it is.
+ */
+export function sendsJsonAsText(sql: PostgresJsLike<PostgresJsQueryable>): boolean {
+  const serialize = sql.options?.serializers?.['3802'];
+  return typeof serialize === 'function' && serialize('{}') === '{}';
+}
+
+/**
+ * One of idem's statements as a prepared statement on `sql` (the client, or the `sql` of
+ * `begin`); `jsonAsText`: see {@link sendsJsonAsText}.
+ */
+async function run(sql: PostgresJsQueryable, text: string, params: unknown[] | undefined, jsonAsText: boolean): Promise<QueryResultLike> {
+  const rows = await sql.unsafe(text, jsonAsText ? ((params ?? []) as never[]) : bind(text, params), { prepare: true });
   return { rows: rows as unknown as Array<Record<string, unknown>>, rowCount: rows.count };
+}
+
+/**
+ * idem's statements on `sql`, the client or the `sql` inside `begin`, as {@link postgresjs}
+ * runs them: for a driver that reaches postgres.js through another library (idem/drizzle).
+ */
+export function postgresjsQueryable(sql: PostgresJsQueryable, jsonAsText: boolean): Queryable {
+  return { query: (text, params) => run(sql, text, params, jsonAsText) };
 }
 
 /**
@@ -102,12 +126,13 @@ export function postgresjs<Tx extends PostgresJsQueryable>(sql: PostgresJsLike<T
     );
   }
   const listen = sql.listen;
+  const jsonAsText = sendsJsonAsText(sql);
   return {
     kind: SQL_DRIVER,
     name: 'postgres.js',
-    query: (text, params) => run(sql, text, params),
+    query: (text, params) => run(sql, text, params, jsonAsText),
     async transaction<T>(fn: (tx: Tx, q: Queryable) => Promise<T>): Promise<T> {
-      return (await sql.begin((tx) => fn(tx, { query: (text, params) => run(tx, text, params) }))) as T;
+      return (await sql.begin((tx) => fn(tx, postgresjsQueryable(tx, jsonAsText)))) as T;
     },
     ...(listen && {
       async listen(channel: string, onPayload: (payload: string | null) => void) {

@@ -22,6 +22,7 @@ import { keyRows, type KeyRow } from './http.js';
 import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
 import { citusFactories } from './citus-stores.js';
 import { ormStoreFactories } from './orm-stores.js';
+import { drizzleFactories } from './drizzle-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -393,6 +394,8 @@ export const storeFactories: StoreFactory[] = [
     : []),
   // Kysely (PGlite; with DATABASE_URL PostgreSQL) and Prisma (PostgreSQL), test/helpers/orm-stores.ts.
   ...ormStoreFactories(postgresFactory),
+  // Drizzle on PGlite, node-postgres and postgres.js: test/helpers/drizzle-stores.ts.
+  ...drizzleFactories(),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
   // Citus (tables distributed by scope) when CITUS_URL is set: test/helpers/citus-stores.ts.

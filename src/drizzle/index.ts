@@ -1,0 +1,170 @@
+/**
+ * `idem/drizzle`: `PostgresStore` on a Drizzle database, so a phase's `tx` is Drizzle's own
+ * transaction (`tx.insert(charges)…`) and idem's fenced recovery-point write commits in the
+ * same transaction (protocol.md K4, K5, Q4).
+ *
+ * Drizzle runs on a driver, and idem's statements go to that driver directly (not through
+ * Drizzle's query builder): the pool or PGlite instance behind `db.$client` outside a
+ * transaction, the connection of Drizzle's transaction inside one. So they get the same
+ * prepared statements and the same value types as `PostgresStore` on that driver alone.
+ * Supported: `drizzle-orm/node-postgres` (on a `pg.Pool`), `drizzle-orm/postgres-js` and
+ * `drizzle-orm/pglite`. Drizzle is an optional peer dependency; nothing of it is imported here.
+ */
+import { InvalidOptionError } from '../core/errors.js';
+import {
+  type PoolLike,
+  type Queryable,
+  type QueryResultLike,
+  SQL_DRIVER,
+  type SqlClient,
+  type SqlDriver,
+  type SqlExecutor,
+  toExecutor,
+} from '../postgres/client.js';
+import { sourceOf } from '../postgres/notify.js';
+import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable, sendsJsonAsText } from '../postgresjs/index.js';
+
+/**
+ * The slice of a Drizzle PostgreSQL database idem uses: `transaction`, whose `tx` is what a
+ * phase gets, and `$client`, the driver's client Drizzle was made with (every `drizzle(…)`
+ * sets it; the `PgDatabase` type does not declare it).
+ * @typeParam Tx Drizzle's transaction, `PgTransaction<…>` of the database's driver and schema
+ */
+export interface DrizzleDatabaseLike<Tx> {
+  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  readonly $client?: unknown;
+}
+
+/** Drizzle's transaction as far as idem reaches into it: the session holding the transaction's connection. */
+interface TransactionInternals {
+  _?: { session?: { client?: unknown } };
+}
+
+/** A node-postgres client's error events. */
+interface ErrorEvents {
+  on?(event: 'error', fn: () => void): void;
+  off?(event: 'error', fn: () => void): void;
+}
+const ignore = () => undefined;
+
+/** How idem's statements run on one of the drivers Drizzle sits on. */
+interface Connection {
+  /** `drizzle (node-postgres)`, … */
+  name: string;
+  /** A statement on its own (autocommit), on `db.$client`. */
+  query(text: string, params?: unknown[]): Promise<QueryResultLike>;
+  /**
+   * idem's handle on the connection of a Drizzle transaction (`tx._.session.client`), and what
+   * to undo when the transaction's body is done.
+   */
+  inTransaction(client: unknown): { sql: Queryable; done?(): void };
+  /** LISTEN on the driver, when it can. */
+  listen?: SqlDriver<unknown>['listen'];
+}
+
+/**
+ * A driver for `PostgresStore` over a Drizzle database on node-postgres (a `pg.Pool`),
+ * postgres.js or PGlite. In `phase` and `respond`, `tx` is Drizzle's transaction, typed from
+ * `db` (its schema included).
+ *
+ * @example
+ * ```ts
+ * import { drizzle } from 'drizzle-orm/node-postgres';
+ * import { drizzle as idemDrizzle } from 'idem/drizzle';
+ * const db = drizzle(new pg.Pool({ connectionString }));
+ * const store = new PostgresStore({ client: idemDrizzle(db) });
+ * // idem.phase('charge_created', (tx) => tx.insert(charges).values({ … }))
+ * ```
+ * @throws {TypeError} when `db` is not a Drizzle database on one of those drivers (a single
+ *   `pg.Client` cannot run concurrent transactions: make the database on a `pg.Pool`)
+ * @throws {InvalidOptionError} for a postgres.js client with a `transform` (see `postgresjs`);
+ *   at a phase, when Drizzle's transaction does not hold its connection where idem looks
+ */
+export function drizzle<Tx>(db: DrizzleDatabaseLike<Tx>): SqlDriver<Tx> {
+  if (!db || typeof db.transaction !== 'function' || !db.$client) {
+    throw new TypeError('idem/drizzle: pass a Drizzle database (drizzle(...) from drizzle-orm/node-postgres, postgres-js or pglite)');
+  }
+  const conn = connectionOf(db.$client);
+  const driver: SqlDriver<Tx> = {
+    kind: SQL_DRIVER,
+    name: conn.name,
+    query: (text, params) => conn.query(text, params),
+    transaction: (fn) =>
+      db.transaction(async (tx) => {
+        const { sql, done } = conn.inTransaction(sessionClient(tx));
+        try {
+          return await fn(tx, sql);
+        } finally {
+          done?.();
+        }
+      }),
+  };
+  if (conn.listen) driver.listen = conn.listen;
+  return driver;
+}
+
+/**
+ * The connection of Drizzle's transaction `tx`, as every PostgreSQL driver of drizzle-orm
+ * (0.3x–0.45) keeps it: `tx._.session.client`.
+ * @throws {InvalidOptionError} when it is not there (a Drizzle version that keeps it elsewhere)
+ */
+function sessionClient(tx: unknown): unknown {
+  const client = (tx as TransactionInternals)?._?.session?.client;
+  if (!client)
+    throw new InvalidOptionError(
+      "idem/drizzle: cannot find the connection of Drizzle's transaction (tx._.session.client); is this drizzle-orm version supported?",
+    );
+  return client;
+}
+
+/**
+ * idem's statements on the driver behind `client` (`db.$client`).
+ * @throws {TypeError} for a driver idem does not know
+ */
+function connectionOf(client: unknown): Connection {
+  const postgresJs = client as PostgresJsLike<PostgresJsQueryable> | undefined;
+  if (typeof client === 'function' && typeof postgresJs?.begin === 'function') {
+    // postgres.js: `sql`; inside Drizzle's transaction, the `sql` of `sql.begin`.
+    const outside = postgresjs(postgresJs);
+    const jsonAsText = sendsJsonAsText(postgresJs); // Drizzle made the json serializers the identity
+    return {
+      name: 'drizzle (postgres.js)',
+      query: (text, params) => outside.query(text, params),
+      inTransaction: (tx) => ({ sql: postgresjsQueryable(tx as PostgresJsQueryable, jsonAsText) }),
+      ...(outside.listen && { listen: outside.listen }),
+    };
+  }
+  if (!client || typeof (client as Queryable).query !== 'function') {
+    throw new TypeError('idem/drizzle: the Drizzle database must be on node-postgres (a pg.Pool), postgres.js or PGlite');
+  }
+  if (typeof (client as { transaction?: unknown }).transaction === 'function') {
+    // PGlite; inside Drizzle's transaction, PGlite's `Transaction`, a Queryable too.
+    const pglite = client as Queryable;
+    return {
+      name: 'drizzle (pglite)',
+      query: (text, params) => pglite.query(text, params),
+      inTransaction: (tx) => ({ sql: tx as Queryable }),
+      listen: (channel, onPayload) => sourceOf(client as SqlClient).listen(channel, onPayload),
+    };
+  }
+  if (typeof (client as PoolLike).connect === 'function' && typeof (client as PoolLike).totalCount === 'number') {
+    // node-postgres: named prepared statements on the pool and on the transaction's
+    // PoolClient, as PostgresStore does on a pg.Pool (the deadline is the store's, around them).
+    const pg: SqlExecutor = toExecutor(client as PoolLike);
+    return {
+      name: 'drizzle (node-postgres)',
+      query: (text, params) => pg.query(text, params),
+      inTransaction(tx) {
+        // A connection that breaks between two statements emits 'error'; unheard, that would
+        // crash the process (Drizzle does not listen): the next statement fails instead.
+        const conn = tx as Queryable & ErrorEvents;
+        conn.on?.('error', ignore);
+        return { sql: { query: (text, params) => pg.queryOn(conn, text, params) }, done: () => conn.off?.('error', ignore) };
+      },
+      listen: (channel, onPayload) => sourceOf(client as PoolLike).listen(channel, onPayload),
+    };
+  }
+  throw new TypeError(
+    'idem/drizzle: a Drizzle database on a single pg.Client cannot run concurrent transactions; make it on a pg.Pool (drizzle(new pg.Pool(...)))',
+  );
+}
