@@ -1,7 +1,7 @@
 /**
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
- * `--only=library,pglite,http,peers,growth,memory` runs a subset (the report then holds only
+ * `--only=library,pglite,http,peers,growth,memory,cache` runs a subset (the report then holds only
  * those sections). Not a test: CI never runs it and nothing gates on speed.
  *
  * Needs PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) and Redis
@@ -90,6 +90,7 @@ await section('growth', async () => (await import('./growth.js')).growth);
 await section('memory', async () => (await import('./memory.js')).memory);
 await section('group-commit', async () => (await import('./group-commit.js')).groupCommit);
 await section('dbos', async () => (await import('./dbos.js')).dbos);
+await section('cache', async () => (await import('./replay-cache.js')).replayCache);
 
 const chartSeries = Object.assign({}, ...sections.map((s) => s.chart ?? {})) as Record<string, Array<[number, number]>>;
 // Only a complete full run replaces the published report (docs/); a quick or failed run
