@@ -4,20 +4,8 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  SCOPE,
-  LONG_LEASE_MS,
-  RETENTION_MS,
-  fp,
-  claimInput,
-  claimedToken,
-  claimedId,
-  existing,
-  phase,
-  finishWith,
-  empty,
-  type ContractContext,
-} from './shared.js';
+import { SCOPE, LONG_LEASE_MS, fp, claimInput, claimedToken, claimedId, existing, phase, finishWith, empty, type ContractContext } from './shared.js';
+import { RETENTION_MS } from './shared.js';
 
 /** Registers this part of the store contract. */
 export function claimSuite(c: ContractContext): void {
