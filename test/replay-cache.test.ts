@@ -89,6 +89,20 @@ describe('ReplayCache on its own', () => {
     assert.ok(sealedToo.get('s', 'sealed'));
   });
 
+  it("keeps bytes that own their memory (not views into a driver's shared buffer), and leaves the caller's record as it was", () => {
+    const cache = new ReplayCache();
+    const slab = new Uint8Array(8192);
+    const record = doneRecord('s', 'view', 60_000);
+    record.fingerprint = slab.subarray(0, 32);
+    record.response!.body = slab.subarray(64, 564);
+    cache.fill(record, performance.now());
+    const kept = cache.get('s', 'view')!;
+    assert.equal(kept.response!.body.buffer.byteLength, 500, 'the body was copied out of the slab');
+    assert.equal(kept.fingerprint.buffer.byteLength, 32);
+    assert.ok(Object.isFrozen(kept) && !Object.isFrozen(record), 'the cache froze its own copy only');
+    assert.equal(record.response!.body.buffer, slab.buffer);
+  });
+
   it('keeps two scopes apart, also where plain concatenation would join them', () => {
     const cache = new ReplayCache();
     const now = performance.now();
