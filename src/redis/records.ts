@@ -33,9 +33,15 @@ export function phases(f: Record<string, string>): PhaseResults {
   return out;
 }
 
-/** A flat field reply as a {@link KeyRecord}, judged at `nowMs` (the server clock). */
-export function toRecord(scope: string, key: string, nowMs: number, reply: unknown[]): KeyRecord {
-  return recordOf(scope, key, nowMs, toFields(reply));
+/**
+ * A flat field reply as a {@link KeyRecord}, judged at `nowMs` (the server clock); with
+ * `retentionMs`, the retention left too (protocol.md K20).
+ */
+export function toRecord(scope: string, key: string, nowMs: number, reply: unknown[], retentionMs?: number): KeyRecord {
+  const f = toFields(reply);
+  const record = recordOf(scope, key, nowMs, f);
+  if (retentionMs !== undefined) record.retentionRemainingMs = retentionLeft(f, retentionMs, nowMs);
+  return record;
 }
 
 /** A hash's fields as a {@link KeyRecord}; the response only when its body was read. */

@@ -22,7 +22,7 @@ import type {
   TakeOverResult,
 } from '../store/types.js';
 import { toRunner, type RedisClientLike, type RedisRunner } from './client.js';
-import { hex, phases, recordOf, retentionLeft, toFields, toSnapshot } from './records.js';
+import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { PhaseLedger } from './pg-phases.js';
 
@@ -201,11 +201,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       // The hash's `ca` is this script's server time: its whole retention is left (protocol.md K20).
       return { kind: 'claimed', token, claimId, retentionRemainingMs: Math.floor(input.retentionMs) };
     }
-    const fields = toFields(reply[2]);
-    const nowMs = Number(reply[1]);
-    const record = recordOf(input.scope, input.key, nowMs, fields);
-    record.retentionRemainingMs = retentionLeft(fields, input.retentionMs, nowMs);
-    return { kind: 'exists', record };
+    return { kind: 'exists', record: toRecord(input.scope, input.key, Number(reply[1]), reply[2] as unknown[], input.retentionMs) };
   }
 
   async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
