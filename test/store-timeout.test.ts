@@ -14,24 +14,10 @@ import { harnesses, type AdapterHarness, type Route } from './helpers/adapter-ha
 import { tableName } from './helpers/engines.js';
 import { assertProblem, requestInit } from './helpers/http.js';
 import { startSilentProxy, type SilentProxy } from './helpers/silent-proxy.js';
+import { within } from './helpers/wait.js';
 
 const DEADLINE_MS = 1000;
 const SLOW = { timeout: 60_000 };
-
-/** The response, or a failure once `ms` have passed (a hung request must fail the test, not the run). */
-async function within(response: Promise<Response>, ms: number, what: string): Promise<{ res: Response; ms: number }> {
-  const started = performance.now();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const hung = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  try {
-    const res = await Promise.race([response, hung]);
-    return { res, ms: performance.now() - started };
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 describe('a silent database (storeTimeoutMs)', { skip: process.env.DATABASE_URL ? false : 'needs DATABASE_URL (real PostgreSQL)' }, () => {
   const target = new URL(process.env.DATABASE_URL ?? 'postgres://x@127.0.0.1:5432/x');

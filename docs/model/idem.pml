@@ -10,8 +10,8 @@
  * statement (the constant in `statements()`, src/postgres/sql.ts, or the `src/postgres/sql/`
  * folder it is being split into) and the code that issues it.
  *
- * Time is abstract: the row keeps the ticks its lease has left (`lease`, 0 = expired or
- * NULL) and its age in ticks since `created_at` (`age`, saturating at RET); the Clock
+ * Time is abstract: the row keeps the ticks its lease has left (`lease`, 0 = ended: expired,
+ * released (`locked_until = now()`) or finished (NULL)) and its age in ticks since `created_at` (`age`, saturating at RET); the Clock
  * process ticks nondeterministically. `locked_until <= now()` is `lease == 0`,
  * `created_at <= now() - retention` is `age >= RET`.
  *
@@ -52,7 +52,7 @@ typedef Row {
   byte rp;       /* recovery_point */
   byte tok;      /* lock_version */
   byte claim;    /* claim_id */
-  byte lease;    /* ticks left of locked_until; 0 = NULL or past */
+  byte lease;    /* ticks left of locked_until; 0 = NULL, now() (released) or past */
   byte age;      /* ticks since created_at, saturating at RET */
   byte req;      /* request snapshot: 0 NULL, else fingerprint + 1 of the request saved */
   byte resp;     /* response: 0 NULL, else the claim id of the finish that stored it */
@@ -143,7 +143,7 @@ inline commit_step(me, s) {
 /* Execution.call's external call: the PSP charged with derivedKey('psp') = (scope, key,
  * claim_id, 'psp') (src/core/derived-key.ts deriveKey, protocol.md K10); the PSP dedupes by that key. A
  * thrown error instead (PSP down): HttpIdempotency.fail -> Execution.release -> sql `release`
- * (protocol.md K9: release on a thrown error, locked_until = NULL, recovery point kept). */
+ * (protocol.md K10: release on a thrown error, locked_until = now(), recovery point kept). */
 inline psp_call(me, fpx) {
   atomic {
     if
@@ -404,7 +404,10 @@ active proctype Completer() {
 end_idle:
   do
   :: atomic {
-       /* sql `listAbandoned`: state = 'started', lease ended (grace 0), within retention */
+       /* sql `listAbandoned`: state = 'started', lease ended (grace 0), within retention. A
+        * released key is listed at once here: with graceMs > 0 the store waits the grace after
+        * the release's now(), which only removes interleavings (the completer coming first),
+        * so grace 0 checks the harder case. */
        row.present && row.state == STARTED && row.lease == 0 && row.age < RET ->
        c_tok = row.tok; c_rp = row.rp; c_req = row.req;
        if

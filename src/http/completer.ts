@@ -31,7 +31,8 @@ export interface CompleterOptions<Tx = unknown> {
    * Extra wait after a lease ended before a key counts as abandoned, in ms. A client retry
    * and the completer racing for one key is safe (the takeover is a compare-and-set on the
    * token; the loser gets 409 and later the stored response), so this only trades work.
-   * A released lease (a thrown handler) counts at once.
+   * A released lease (a thrown handler) ended when it was released, so it waits the grace too:
+   * the client that saw the throw retries first (protocol.md K10).
    * @default 0
    */
   graceMs?: number;

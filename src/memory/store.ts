@@ -68,7 +68,10 @@ export interface MemorySweepOptions {
   batchSize?: number;
 }
 
-/** One key as the memory store holds it; `lockedUntil` is epoch ms, `null` when released or finished. */
+/**
+ * One key as the memory store holds it; `lockedUntil` is epoch ms (a release sets it to now: the
+ * lease is over, and the completer's grace counts from then), `null` when finished.
+ */
 interface Entry {
   scope: string;
   key: string;
@@ -228,7 +231,8 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
   async release(ref: KeyRef): Promise<Fenced<'released'>> {
     const entry = this.current(ref);
     if (!entry) return { kind: 'fenced' };
-    entry.lockedUntil = null;
+    // The lease ends now: a retry takes over at once, the completer waits its grace (protocol.md K10).
+    entry.lockedUntil = this.clock();
     return { kind: 'ok', value: 'released' };
   }
 
@@ -240,7 +244,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
       this.entries.delete(idOf(ref.scope, ref.key));
       return { kind: 'ok', value: 'deleted' };
     }
-    entry.lockedUntil = null;
+    entry.lockedUntil = this.clock();
     return { kind: 'ok', value: 'released' };
   }
 
@@ -273,7 +277,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     const found = [...this.entries.values()].filter(
       (e) => e.state === KeyState.Started && (e.lockedUntil === null || e.lockedUntil <= now - graceMs) && !this.retentionOver(e, options.retentionMs, now),
     );
-    // Oldest lease first, released (null) leases before all others.
+    // Oldest lease end first.
     found.sort((a, b) => (a.lockedUntil ?? -Infinity) - (b.lockedUntil ?? -Infinity));
     return found.slice(0, Math.max(0, options.limit)).map((e) => {
       const abandoned: AbandonedKey = { record: this.toRecord(e, now) };

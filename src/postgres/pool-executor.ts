@@ -4,15 +4,11 @@
  * answers costs a request at most the deadline, never a pool slot for good.
  */
 import { createHash } from 'node:crypto';
+import { StoreTimeoutError, withDeadline } from '../store/deadline.js';
 import type { ExecutorLimits, PoolClientLike, PoolLike, Queryable, QueryResultLike, SqlExecutor } from './client.js';
 
-/**
- * A statement of idem's missed its deadline (`storeTimeoutMs`), or the pool's queue was full:
- * the database is silent, down or overloaded. The engine answers 503 with `Retry-After`.
- */
-export class StoreTimeoutError extends Error {
-  override readonly name = 'StoreTimeoutError';
-}
+/** The error lives with the other stores' deadline (src/store/deadline.ts); re-exported from its old path. */
+export { StoreTimeoutError };
 
 /**
  * node-postgres runs a query config with a `name` as a prepared statement, parsed and
@@ -50,16 +46,7 @@ function giveBack(conn: PoolClientLike): void {
 
 /** Settles like `promise`, or rejects with a {@link StoreTimeoutError} after `ms` and calls `onTimeout`. */
 function deadline<T>(promise: Promise<T>, ms: number, what: string, onTimeout: () => void): Promise<T> {
-  if (!(ms > 0 && Number.isFinite(ms))) return promise;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      onTimeout();
-      reject(new StoreTimeoutError(`idem/postgres: ${what} took longer than storeTimeoutMs (${ms} ms)`));
-    }, ms);
-  });
-  promise.catch(() => undefined); // its late failure is expected once the deadline has passed
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
+  return withDeadline(promise, ms, `idem/postgres: ${what} took longer than storeTimeoutMs (${ms} ms)`, onTimeout);
 }
 
 /**

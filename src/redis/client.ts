@@ -5,6 +5,7 @@
  * call, so the store needs four shapes of one method, nothing else.
  */
 import { createHash } from 'node:crypto';
+import { withDeadline } from '../store/deadline.js';
 import { SCRIPTS, type ScriptName } from './scripts.js';
 
 /** node-redis client (`createClient()`): `sendCommand(args)`. */
@@ -76,10 +77,31 @@ async function retryingTryAgain<T>(run: () => Promise<T>): Promise<T> {
 }
 
 /**
- * Wraps a client in a {@link RedisRunner}.
+ * Wraps a client in a {@link RedisRunner}. Every command it sends (each EVALSHA, EVAL and plain
+ * command, each TRYAGAIN attempt) runs under `timeoutMs` (`storeTimeoutMs`, protocol.md H17):
+ * past it the call rejects with a `StoreTimeoutError`, which the engine answers with 503 and
+ * `Retry-After`. `0`: no deadline. A `WAIT` gets its own server-side timeout on top.
+ *
+ * The connection is left alone: it is the application's, shared by every caller, and Redis
+ * answers in order on it, so a late reply still reaches the command it belongs to (unlike a
+ * pool connection, nothing is held that another request needs). Noticing a connection that
+ * went silent for good (a black hole that accepts bytes and never answers) and reconnecting is
+ * the client's job: ioredis `socketTimeout` does it; node-redis's `socket.socketTimeout` is an
+ * inactivity timer that every write resets, so under traffic it never fires (README, "The
+ * Redis store").
+ *
+ * The command itself stays queued in the client and may still run after the deadline. Safe for
+ * every script (protocol.md K-rules): a late `claim` creates a key with a lease and a token no
+ * one holds; it answers the client's retries with 409 until that lease ends (leaseMs), then the
+ * next retry takes it over (K9) and runs the request, and the completer discards it if no
+ * retry comes (no request snapshot: the handler never ran, K12). A late `takeOver` is the same
+ * case with the recovery point kept. A late phase record or `finish` is fenced by the token
+ * (K8): it lands only while this attempt's claim is current, and then records exactly what
+ * ran; the retry resumes from it or replays it. A late `extendLease` only lengthens a lease
+ * that the next retry then waits out; a late `release` or `discard` frees the key sooner.
  * @throws {TypeError} when `client` matches none of the supported shapes
  */
-export function toRunner(client: RedisClientLike): RedisRunner {
+export function toRunner(client: RedisClientLike, options: { timeoutMs?: number } = {}): RedisRunner {
   const c = client as unknown as Record<string, unknown>;
   let send: (key: string, args: string[]) => Promise<unknown>;
   let cluster: boolean;
@@ -102,6 +124,15 @@ export function toRunner(client: RedisClientLike): RedisRunner {
     send = (_key, args) => nr.sendCommand(args);
   } else {
     throw new TypeError('idem/redis: client must be a node-redis client or cluster, or an ioredis Redis or Cluster');
+  }
+  const timeoutMs = options.timeoutMs ?? 0;
+  if (timeoutMs > 0 && Number.isFinite(timeoutMs)) {
+    const untimed = send;
+    send = (key, args) => {
+      // WAIT blocks on the server for up to its own timeout (args[2], ms) before it answers.
+      const ms = args[0] === 'WAIT' ? timeoutMs + Number(args[2]) : timeoutMs;
+      return withDeadline(untimed(key, args), ms, `idem/redis: ${args[0]} took longer than storeTimeoutMs (${ms} ms)`);
+    };
   }
   return {
     cluster,

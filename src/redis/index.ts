@@ -11,5 +11,6 @@ export {
   type RedisStoreOptions,
   type DurabilityOptions,
 } from './store.js';
+export { StoreTimeoutError } from '../store/deadline.js';
 export type { RedisClientLike, NodeRedisClientLike, NodeRedisClusterLike, IoRedisLike } from './client.js';
 export { PostgresPhases, type PostgresPhasesOptions, type PhaseLedger, type LedgerState } from './pg-phases.js';

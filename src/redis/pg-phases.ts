@@ -19,6 +19,8 @@
 import type { Queryable, SqlClient, SqlExecutor } from '../postgres/client.js';
 import { toExecutor } from '../postgres/client.js';
 import { quoteTable } from '../postgres/sql.js';
+import { InvalidOptionError } from '../core/errors.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
 import type { CommitRecord, Fenced, KeyRef, PhaseResults, StoredResponse } from '../store/types.js';
 
 /** What a ledger knows of one claim after a takeover fenced it. */
@@ -50,24 +52,42 @@ export interface PostgresPhasesOptions {
   client: SqlClient;
   /** Ledger table (plain or schema-qualified identifier). @default 'idempotency_phases' */
   table?: string;
+  /**
+   * Deadline of each ledger statement of a request (fence, phase commit) on a `pg.Pool`, in ms,
+   * as `PostgresStore`'s `storeTimeoutMs` (protocol.md H17): past it the call fails with a
+   * `StoreTimeoutError` and the connection is destroyed. `migrate` and `sweep` have none. `0`:
+   * no deadline. PGlite runs in process and has none.
+   * @default 5000
+   */
+  storeTimeoutMs?: number;
 }
 
 const FENCED = Symbol('fenced');
 
 /** A {@link PhaseLedger} in PostgreSQL (or PGlite). Run {@link migrate} once before use. */
 export class PostgresPhases implements PhaseLedger<Queryable> {
+  /** The request path's executor: every statement under `storeTimeoutMs`. */
   private readonly db: SqlExecutor;
+  /** `migrate` and `sweep`: no deadline (a migration may wait for a lock, a sweep outlast it). */
+  private readonly maintenance: SqlExecutor;
   private readonly t: string;
 
-  /** @throws {TypeError} `client` is neither a pg.Pool nor a PGlite instance; `table` is not a plain identifier */
+  /**
+   * @throws {TypeError} `client` is neither a pg.Pool nor a PGlite instance; `table` is not a plain identifier
+   * @throws {InvalidOptionError} `storeTimeoutMs` is not a number >= 0
+   */
   constructor(options: PostgresPhasesOptions) {
-    this.db = toExecutor(options.client);
+    const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    if (!(typeof timeoutMs === 'number' && timeoutMs >= 0))
+      throw new InvalidOptionError('idem/redis: PostgresPhases storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
+    this.db = toExecutor(options.client, { timeoutMs });
+    this.maintenance = toExecutor(options.client);
     this.t = quoteTable(options.table ?? 'idempotency_phases');
   }
 
   /** Creates the ledger table if absent. One row per (scope, key), for its current claim. */
   async migrate(): Promise<void> {
-    await this.db.query(`CREATE TABLE IF NOT EXISTS ${this.t} (
+    await this.maintenance.query(`CREATE TABLE IF NOT EXISTS ${this.t} (
       scope text NOT NULL, key text NOT NULL, claim_id uuid NOT NULL,
       token bigint NOT NULL, recovery_point text NOT NULL DEFAULT 'start',
       phase_results jsonb NOT NULL DEFAULT '{}'::jsonb, response jsonb,
@@ -77,7 +97,7 @@ export class PostgresPhases implements PhaseLedger<Queryable> {
 
   /** Deletes ledger rows older than `retentionMs` (by the database clock); returns how many. */
   async sweep(retentionMs: number): Promise<number> {
-    const { rows } = await this.db.query(
+    const { rows } = await this.maintenance.query(
       `WITH d AS (DELETE FROM ${this.t} WHERE created_at <= now() - $1::int8 * interval '1 millisecond' RETURNING 1) SELECT count(*)::int AS n FROM d`,
       [retentionMs],
     );

@@ -14,7 +14,7 @@
  *
  * Hash fields: `fp` fingerprint (hex), `st` state (`started` | `done`), `rp` recovery point,
  * `p:<phase>` each committed phase's result (JSON text), `tok` fencing token, `cid` claim id,
- * `lu` lease end (server epoch ms; `0` = released, no lease), `ca` creation (server epoch ms),
+ * `lu` lease end (server epoch ms; a release sets it to the server's now; `0` = finished, no lease), `ca` creation (server epoch ms),
  * `rt` retention ms, `rs` / `rh` / `rb` response status, headers (JSON), body (base64),
  * `rq` request snapshot (JSON), `fa` finish time.
  *
@@ -188,8 +188,10 @@ return 1
 `;
 
 /**
- * Release or discard (protocol.md K9), fenced. Release: the lease ends now (`lu` 0), the
- * recovery point stays, so the next retry takes over at once and resumes. Discard (ARGV[2]
+ * Release or discard (protocol.md K9), fenced. Release: the lease ends now (`lu` = the server's
+ * now, not 0), the recovery point stays, so the next retry takes over at once and resumes
+ * ({@link TAKE_OVER} needs `lu <= now`); the completer's `listAbandoned` waits its `graceMs`
+ * after that end, so the retry of the client that saw the throw comes first. Discard (ARGV[2]
  * = '1'): a key on which no phase committed is deleted (its token counter stays, so tokens
  * keep growing) and dropped from the index; a key with a committed phase is released instead.
  *
@@ -204,7 +206,7 @@ if ARGV[2] == '1' and redis.call('HGET', h, 'rp') == 'start' then
   if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[3]) end
   return 'deleted'
 end
-redis.call('HSET', h, 'lu', '0')
+redis.call('HSET', h, 'lu', num(now_ms()))
 return 'released'
 `;
 

@@ -8,6 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import { KeyState } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
 import type {
   AbandonedKey,
   ClaimInput,
@@ -21,10 +22,13 @@ import type {
   StoredResponse,
   TakeOverResult,
 } from '../store/types.js';
-import { toRunner, type RedisClientLike, type RedisRunner } from './client.js';
+import { toRunner, type RedisRunner } from './client.js';
+import { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
 import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { PhaseLedger } from './pg-phases.js';
+
+export { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
 
 /**
  * The "transaction" a phase's effects receive on Redis: a marker, not a handle. Redis has no
@@ -42,61 +46,6 @@ export interface NoTransaction {
 
 /** The one {@link NoTransaction} value passed to every phase's effects. */
 export const NO_TRANSACTION: NoTransaction = Object.freeze({ atomic: false as const });
-
-/** Wait for replicas after the claim and after finish (`WAIT replicas timeoutMs`). */
-export interface DurabilityOptions {
-  /** Replicas that must acknowledge the write; at least 1. */
-  replicas: number;
-  /** How long WAIT may block, in ms; at least 1. @default 1000 */
-  timeoutMs?: number;
-}
-
-/**
- * Options of {@link RedisStore}.
- * @typeParam Tx what a phase's effects receive: {@link NoTransaction} without `phases`, the
- *   ledger's transaction handle with it.
- */
-export interface RedisStoreOptions<Tx = NoTransaction> {
-  /** A connected node-redis client or cluster, or an ioredis `Redis` or `Cluster`. */
-  client: RedisClientLike;
-  /** Prefix of every key the store writes, without `{` or `}`. @default 'idem' */
-  prefix?: string;
-  /**
-   * Makes the claim and the finish wait until `replicas` replicas acknowledged them (`WAIT`).
-   * Fewer within `timeoutMs`: the claim is discarded and fails ({@link NotReplicatedError},
-   * reported by the engine as store unavailable, HTTP 503); a finish throws it (the response
-   * is stored on the primary only: the outcome is indeterminate). Off by default: a failover
-   * may then lose acknowledged claims (docs/reliability.md).
-   */
-  durability?: DurabilityOptions;
-  /**
-   * Commits phases (effects and recorded result in one transaction) in the application's
-   * PostgreSQL instead of after the effects in Redis: `new PostgresPhases({ client: pool })`.
-   * Claims, leases and replays stay in Redis. Without it, phases are not atomic
-   * ({@link NoTransaction}).
-   */
-  phases?: PhaseLedger<Tx>;
-  /**
-   * Answer retries of finished keys with a plain `HGETALL` (and `TIME`, pipelined) before the
-   * claim script: a replay costs native reads instead of a Lua call, a new key one extra
-   * round trip.
-   * @default true
-   */
-  replayFastPath?: boolean;
-}
-
-/** Fewer replicas than `durability.replicas` acknowledged a write within `durability.timeoutMs`. */
-export class NotReplicatedError extends Error {
-  /** Stable code. */
-  readonly code = 'IDEM_REDIS_NOT_REPLICATED';
-  /** Replicas that acknowledged. */
-  readonly acknowledged: number;
-  constructor(what: string, acknowledged: number, wanted: number) {
-    super(`idem/redis: the ${what} was acknowledged by ${acknowledged} of ${wanted} replicas`);
-    this.name = 'NotReplicatedError';
-    this.acknowledged = acknowledged;
-  }
-}
 
 /** How many in-flight index members `listAbandoned` reads per step. */
 const INDEX_PAGE = 500;
@@ -123,12 +72,15 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly replayFastPath: boolean;
 
   /**
-   * @throws {InvalidOptionError} no usable client, a prefix with `{` or `}`, or a bad `durability`
+   * @throws {InvalidOptionError} no usable client, a prefix with `{` or `}`, a bad `durability` or `storeTimeoutMs`
    */
   constructor(options: RedisStoreOptions<Tx>) {
     if (!options?.client) throw new InvalidOptionError('idem/redis: option client is required');
+    const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    if (!(typeof timeoutMs === 'number' && timeoutMs >= 0))
+      throw new InvalidOptionError('idem/redis: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
     try {
-      this.redis = toRunner(options.client);
+      this.redis = toRunner(options.client, { timeoutMs });
     } catch (error) {
       throw new InvalidOptionError((error as Error).message);
     }

@@ -212,7 +212,9 @@ export interface IdempotencyStore<Tx = unknown> {
 
   /**
    * Optional (completer). Lists up to `limit` keys that are `started`, within retention, and
-   * whose lease ended at least `graceMs` ms ago (or was released), oldest lease first. Only a
+   * whose lease ended at least `graceMs` ms ago, oldest lease first. A release ends the lease at
+   * the store's now, so a released key waits `graceMs` too (the client that saw the throw retries
+   * first, protocol.md K10); {@link takeOver} still takes it at once. Only a
    * read: the caller takes each over with {@link takeOver}, a compare-and-set on the token, so
    * two completers never drive the same key.
    */

@@ -1,29 +1,35 @@
 /**
- * A TCP proxy in front of PostgreSQL that can go silent: in `forward` mode it pipes every
- * connection through; in `silent` mode it accepts connections and never forwards a byte, in
- * either direction, on new and open connections alike (a partition, a hung server, a full
- * SYN-ACK-only load balancer). Connections that lived through a silent spell stay silent for
- * good (their bytes were dropped, their protocol state is lost): the client must destroy them.
+ * A TCP proxy in front of a server (PostgreSQL, Redis) that can go silent: in `forward` mode it
+ * pipes every connection through; in `silent` mode it accepts connections and never forwards a
+ * byte, in either direction, on new and open connections alike (a partition, a hung server, a
+ * full SYN-ACK-only load balancer). Connections that lived through a silent spell stay silent
+ * for good (their bytes were dropped, their protocol state is lost): the client must destroy
+ * them. In `stall` mode it holds the bytes instead and delivers them, in order, when switched
+ * back to `forward` (a stalled server that resumes: every reply arrives, late).
  */
 import net from 'node:net';
 
 export interface SilentProxy {
   /** Port on 127.0.0.1. */
   port: number;
-  /** `forward` or `silent`; switching to `forward` affects connections opened from then on. */
-  mode(next: 'forward' | 'silent'): void;
+  /**
+   * `forward`, `silent` or `stall`; switching to `forward` affects connections opened from then
+   * on, and delivers what stalled connections held.
+   */
+  mode(next: 'forward' | 'silent' | 'stall'): void;
   /** Connections accepted so far. */
   accepted(): number;
   close(): Promise<void>;
 }
 
 export async function startSilentProxy(target: { host: string; port: number }): Promise<SilentProxy> {
-  let mode: 'forward' | 'silent' = 'forward';
+  let mode: 'forward' | 'silent' | 'stall' = 'forward';
   let accepted = 0;
-  const links = new Set<{ client: net.Socket; upstream?: net.Socket; dead: boolean }>();
+  type Link = { client: net.Socket; upstream?: net.Socket; dead: boolean; held?: Array<() => void> };
+  const links = new Set<Link>();
   const server = net.createServer((client) => {
     accepted++;
-    const link: { client: net.Socket; upstream?: net.Socket; dead: boolean } = { client, dead: mode === 'silent' };
+    const link: Link = { client, dead: mode === 'silent', ...(mode === 'stall' ? { held: [] } : {}) };
     links.add(link);
     const end = () => {
       links.delete(link);
@@ -38,19 +44,28 @@ export async function startSilentProxy(target: { host: string; port: number }): 
     const upstream = net.connect(target.port, target.host);
     link.upstream = upstream;
     upstream.on('error', end).on('close', end);
-    client.on('data', (chunk) => {
-      if (!link.dead) upstream.write(chunk);
-    });
-    upstream.on('data', (chunk) => {
-      if (!link.dead) client.write(chunk);
-    });
+    const pass = (to: net.Socket, chunk: Buffer) => {
+      if (link.dead) return;
+      if (link.held) link.held.push(() => to.write(chunk));
+      else to.write(chunk);
+    };
+    client.on('data', (chunk) => pass(upstream, chunk));
+    upstream.on('data', (chunk) => pass(client, chunk));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as net.AddressInfo).port,
     mode(next) {
       mode = next;
-      if (next === 'silent') for (const link of links) link.dead = true;
+      for (const link of links) {
+        if (next === 'silent') link.dead = true;
+        if (next === 'stall' && !link.dead) link.held ??= [];
+        if (next === 'forward' && link.held) {
+          const held = link.held;
+          delete link.held;
+          for (const write of held) write();
+        }
+      }
     },
     accepted: () => accepted,
     close: () =>

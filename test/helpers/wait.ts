@@ -100,3 +100,21 @@ export async function poll<T>(check: () => Promise<T | undefined> | T | undefine
     await sleep(everyMs);
   }
 }
+
+/**
+ * The response, with how long it took, or a failure once `ms` have passed: a hung request must
+ * fail the test, not the run.
+ */
+export async function within(response: Promise<Response>, ms: number, what: string): Promise<{ res: Response; ms: number }> {
+  const started = performance.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  try {
+    const res = await Promise.race([response, hung]);
+    return { res, ms: performance.now() - started };
+  } finally {
+    clearTimeout(timer);
+  }
+}

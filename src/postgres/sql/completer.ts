@@ -14,8 +14,10 @@ export function completerStatements({ t }: TableNames) {
       RETURNING 1 AS ok`,
 
     /**
-     * Started keys within retention whose lease ended at least $1 ms ago, or was released
-     * (NULL), oldest first; uses the partial index on started keys. A plain read: the
+     * Started keys within retention whose lease ended at least $1 ms ago, oldest first; uses
+     * the partial index on started keys. A release ends the lease at its `now()`, so a released
+     * key waits the grace too (a NULL lease on a started row is only left by a release of an
+     * earlier version, and counts at once). A plain read: the
      * completer then takes each over with \`takeOver\`, a compare-and-set on the token, so two
      * completers (or a completer and a client retry) never both drive one key.
      * $1 grace ms, $2 retention ms, $3 limit.

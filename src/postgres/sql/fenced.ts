@@ -45,10 +45,15 @@ export function fencedStatements({ t, nextToken }: TableNames) {
       RETURNING 1 AS ok`,
 
     /**
-     * Release after a thrown error (protocol.md H10): the lease ends now, the recovery point
-     * stays, so the next retry takes over at once and resumes. $1 scope, $2 key, $3 token.
+     * Release after a thrown error (protocol.md H10): the lease ends now (`locked_until =
+     * now()`, not NULL), the recovery point stays, so the next retry takes over at once and
+     * resumes (`takeOver` needs `locked_until <= now()`, true from this instant on). The end
+     * time is kept so the completer's `listAbandoned` waits its `graceMs` after it, as after
+     * an expired lease: the client that saw the throw is about to retry with the same key, and
+     * must not find the key held by the completer (protocol.md K10, K12).
+     * $1 scope, $2 key, $3 token.
      */
-    release: `UPDATE ${t} SET locked_until = NULL
+    release: `UPDATE ${t} SET locked_until = now()
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
       RETURNING 1 AS ok`,
 

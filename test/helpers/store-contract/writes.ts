@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import type { KeyRef, StoredResponse } from '../../../src/store/types.js';
 import {
   LONG_LEASE_MS,
+  SCOPE,
   RETENTION_MS,
   fp,
   claimInput,
@@ -40,13 +41,37 @@ export function writeSuite(c: ContractContext): void {
     it('lists a released key and one without a snapshot (request undefined)', async () => {
       const token = claimedToken(await store().claim(claimInput('k')));
       await store().release(ref('k', token));
-      const found = await list(60_000);
+      const found = await list();
       assert.deepEqual(
         found.map((a) => a.record.key),
         ['k'],
-        'a released lease counts at once, whatever the grace',
+        'a released lease has ended: listed with no grace',
       );
       assert.equal(found[0]!.request, undefined);
+    });
+
+    it('a released key is not listed as abandoned before graceMs', async () => {
+      // protocol.md K10: the client that saw the throw retries with the same key; the
+      // completer must not hold the key first (the retry would get 409).
+      const token = claimedToken(await store().claim(claimInput('k')));
+      await saveRequest(ref('k', token));
+      await store().release(ref('k', token));
+      assert.deepEqual(await list(60_000), [], 'released just now: inside a 60 s grace');
+      await h().age(SCOPE, 'k', 30_000); // released (and created) 30 s ago, within retention
+      assert.deepEqual(await list(60_000), [], 'released 30 s ago: still inside a 60 s grace');
+      assert.deepEqual(
+        (await list(20_000)).map((a) => a.record.key),
+        ['k'],
+        'released 30 s ago: past a 20 s grace',
+      );
+    });
+
+    it('a retry takes a released key over at once, before the grace ends', async () => {
+      const token = claimedToken(await store().claim(claimInput('k')));
+      await store().release(ref('k', token));
+      const taken = await store().takeOver(ref('k', token), LONG_LEASE_MS);
+      assert.equal(taken.kind, 'taken', 'the lease ended at the release');
+      assert.deepEqual(await list(), [], 'held again by the retry');
     });
 
     it('never lists a live lease, a lease inside the grace, a finished key or a key past retention', async () => {

@@ -1,0 +1,72 @@
+/**
+ * The options of `RedisStore` and the error of its `durability` option.
+ */
+import type { RedisClientLike } from './client.js';
+import type { PhaseLedger } from './pg-phases.js';
+import type { NoTransaction } from './store.js';
+
+/** Wait for replicas after the claim and after finish (`WAIT replicas timeoutMs`). */
+export interface DurabilityOptions {
+  /** Replicas that must acknowledge the write; at least 1. */
+  replicas: number;
+  /** How long WAIT may block, in ms; at least 1. @default 1000 */
+  timeoutMs?: number;
+}
+
+/**
+ * Options of `RedisStore`.
+ * @typeParam Tx what a phase's effects receive: {@link NoTransaction} without `phases`, the
+ *   ledger's transaction handle with it.
+ */
+export interface RedisStoreOptions<Tx = NoTransaction> {
+  /** A connected node-redis client or cluster, or an ioredis `Redis` or `Cluster`. */
+  client: RedisClientLike;
+  /** Prefix of every key the store writes, without `{` or `}`. @default 'idem' */
+  prefix?: string;
+  /**
+   * Makes the claim and the finish wait until `replicas` replicas acknowledged them (`WAIT`).
+   * Fewer within `timeoutMs`: the claim is discarded and fails ({@link NotReplicatedError},
+   * reported by the engine as store unavailable, HTTP 503); a finish throws it (the response
+   * is stored on the primary only: the outcome is indeterminate). Off by default: a failover
+   * may then lose acknowledged claims (docs/reliability.md).
+   */
+  durability?: DurabilityOptions;
+  /**
+   * Commits phases (effects and recorded result in one transaction) in the application's
+   * PostgreSQL instead of after the effects in Redis: `new PostgresPhases({ client: pool })`.
+   * Claims, leases and replays stay in Redis. Without it, phases are not atomic
+   * ({@link NoTransaction}).
+   */
+  phases?: PhaseLedger<Tx>;
+  /**
+   * Answer retries of finished keys with a plain `HGETALL` (and `TIME`, pipelined) before the
+   * claim script: a replay costs native reads instead of a Lua call, a new key one extra
+   * round trip.
+   * @default true
+   */
+  replayFastPath?: boolean;
+  /**
+   * Deadline of each command the store sends, in ms (protocol.md H17): a Redis (or a Cluster
+   * node) that accepted the connection and never answers fails the call with a
+   * `StoreTimeoutError` after this long, so the request gets `503` with `Retry-After` instead
+   * of hanging; mid-work, the attempt fails as a throw. A `WAIT` (`durability`) may take
+   * `durability.timeoutMs` more. The connection is not reset: a Redis that stalls and resumes
+   * answers on it in order; out of a black hole (accepts bytes, never answers) only the client
+   * reconnects, which ioredis does with its `socketTimeout` option. `0` turns the deadline off.
+   * @default 5000
+   */
+  storeTimeoutMs?: number;
+}
+
+/** Fewer replicas than `durability.replicas` acknowledged a write within `durability.timeoutMs`. */
+export class NotReplicatedError extends Error {
+  /** Stable code. */
+  readonly code = 'IDEM_REDIS_NOT_REPLICATED';
+  /** Replicas that acknowledged. */
+  readonly acknowledged: number;
+  constructor(what: string, acknowledged: number, wanted: number) {
+    super(`idem/redis: the ${what} was acknowledged by ${acknowledged} of ${wanted} replicas`);
+    this.name = 'NotReplicatedError';
+    this.acknowledged = acknowledged;
+  }
+}

@@ -1,0 +1,36 @@
+/**
+ * The store deadline shared by every store that talks to a server (`storeTimeoutMs`,
+ * protocol.md H17): a call to a database or Redis that accepts connections and never answers
+ * fails after the deadline instead of hanging the request. The engine reports the failure as
+ * the store being unavailable (HTTP 503 with `Retry-After`); a failed attempt does not count
+ * toward `maxAttempts` (src/http/attempts.ts matches the error's name).
+ */
+
+/** Default deadline of each call a store makes to its server, in ms (`storeTimeoutMs`). */
+export const DEFAULT_STORE_TIMEOUT_MS = 5000;
+
+/**
+ * A call of idem's to its store missed its deadline (`storeTimeoutMs`), or a pool's queue was
+ * full: the store is silent, down or overloaded. The engine answers 503 with `Retry-After`.
+ */
+export class StoreTimeoutError extends Error {
+  override readonly name = 'StoreTimeoutError';
+}
+
+/**
+ * Settles like `promise`, or rejects with a {@link StoreTimeoutError} carrying `message` after
+ * `ms` and calls `onTimeout` first. `ms` of `0` (or not a finite positive number): no deadline.
+ * The late outcome of `promise` is ignored (its rejection is caught, so it is never unhandled).
+ */
+export function withDeadline<T>(promise: Promise<T>, ms: number, message: string, onTimeout?: () => void): Promise<T> {
+  if (!(ms > 0 && Number.isFinite(ms))) return promise;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      onTimeout?.();
+      reject(new StoreTimeoutError(message));
+    }, ms);
+  });
+  promise.catch(() => undefined); // its late failure is expected once the deadline has passed
+  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
+}
