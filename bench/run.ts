@@ -1,7 +1,7 @@
 /**
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
- * `--only=library,pglite,postgresjs,http,peers,growth,memory` runs a subset (the report then holds only
+ * `--only=library,pglite,postgresjs,http,peers,growth,memory,cache` runs a subset (the report then holds only
  * those sections; `--only=citus` the Citus section, with CITUS_URL: bench/citus.ts). Not a test:
  * CI never runs it and nothing gates on speed.
  *
@@ -92,6 +92,7 @@ await section('growth', async () => (await import('./growth.js')).growth);
 await section('memory', async () => (await import('./memory.js')).memory);
 await section('group-commit', async () => (await import('./group-commit.js')).groupCommit);
 await section('dbos', async () => (await import('./dbos.js')).dbos);
+await section('cache', async () => (await import('./replay-cache.js')).replayCache);
 // Citus: in a full run when CITUS_URL names a coordinator; with --only=citus a note says why it was skipped.
 if (only?.includes('citus') || (!only && process.env.CITUS_URL)) await section('citus', async () => (await import('./citus.js')).citus);
 

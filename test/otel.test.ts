@@ -11,6 +11,7 @@ import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { LeaseLostError } from '../src/core/errors.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
+import { ReplayCache } from '../src/engine/replay-cache.js';
 import { HttpIdempotency } from '../src/http/idempotency.js';
 import { openTelemetry, telemetryFrom } from '../src/otel/index.js';
 import type { Queryable } from '../src/postgres/client.js';
@@ -106,6 +107,24 @@ describe('idem/otel (docs/observability.md)', () => {
     if (held.kind === 'execute') await held.execution.finish(response());
     const counts = await outcomes();
     for (const name of ['replayed', 'mismatch', 'in_progress']) assert.ok(counts.get(name)! >= 1, name);
+  });
+
+  test('a replay or mismatch decided from the replay cache carries idem.cache_hit, on the span and the counter', async () => {
+    const engine = new IdempotencyEngine<Queryable>({ store, telemetry, replayCache: new ReplayCache() });
+    const first = await engine.begin({ scope: 's', key: 'cache-1', fingerprint: fp('a') });
+    if (first.kind === 'execute') await first.execution.finish(response());
+    assert.equal((await engine.begin({ scope: 's', key: 'cache-1', fingerprint: fp('a') })).kind, 'replay');
+    assert.equal(lastRequest().attributes['idem.outcome'], 'replayed');
+    assert.equal(lastRequest().attributes['idem.cache_hit'], true);
+    assert.equal((await engine.begin({ scope: 's', key: 'cache-1', fingerprint: fp('b') })).kind, 'mismatch');
+    assert.equal(lastRequest().attributes['idem.cache_hit'], true);
+    const plain = new IdempotencyEngine<Queryable>({ store, telemetry });
+    assert.equal((await plain.begin({ scope: 's', key: 'cache-1', fingerprint: fp('a') })).kind, 'replay');
+    assert.equal(lastRequest().attributes['idem.cache_hit'], undefined, 'a replay read from the store has none');
+    const points = (await metric('idem.outcomes'))!.dataPoints;
+    const hits = (outcome: string) => points.find((p) => p.attributes['idem.outcome'] === outcome && p.attributes['idem.cache_hit'] === true)?.value;
+    assert.equal(hits('replayed'), 1);
+    assert.equal(hits('mismatch'), 1);
   });
 
   test('waited: a duplicate that waited for the result, with idem.waited_ms', async () => {

@@ -18,6 +18,8 @@ import {
   type TxOf,
   KeyState,
   ProblemKind,
+  ReplayCache,
+  type ReplayCacheStats,
   deriveKey,
   fingerprint,
   problemResponse,
@@ -94,6 +96,11 @@ console.log(client, fileClient);
 // `createClient()` idem calls, declared here so this file needs no Redis package).
 const memoryStore = new MemoryStore();
 const memoryEngine = new IdempotencyEngine<MemoryTx>({ store: memoryStore });
+// The replay cache (protocol.md K20): an instance, or its options.
+const replayCache = new ReplayCache({ maxBytes: 8 * 1024 * 1024, marginMs: 1000, sealed: false });
+const cachedEngine = new IdempotencyEngine<MemoryTx>({ store: memoryStore, replayCache });
+const cacheStats: ReplayCacheStats = replayCache.stats();
+void new IdempotencyEngine<MemoryTx>({ store: new MemoryStore(), replayCache: { maxBytes: 1024 } });
 const swept: number = await memoryStore.sweep({ retentionMs: 86_400_000 });
 interface NodeRedisClient {
   connect(): Promise<unknown>;
@@ -104,7 +111,7 @@ declare const redisClient: NodeRedisClient;
 const redisStore = new RedisStore({ client: redisClient, prefix: 'idem:' });
 const redisEngine = new IdempotencyEngine<NoTransaction>({ store: redisStore, leaseMs: 30_000 });
 const noTx: NoTransaction = NO_TRANSACTION;
-console.log(memoryEngine, swept, memoryStore.size, redisEngine, noTx.atomic);
+console.log(memoryEngine, cachedEngine, cacheStats.hits, swept, memoryStore.size, redisEngine, noTx.atomic);
 
 // Fastify: the plugin on an instance, routes opt in through their config.
 const fastify = Fastify();

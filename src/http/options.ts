@@ -22,7 +22,7 @@ export interface HttpRequestInput {
 export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>, 'store'> {
   /** Where keys live, e.g. `new PostgresStore({ client })`. Give either `store` or `engine`. */
   store?: EngineOptions<Tx>['store'];
-  /** A shared engine (then lease/retention options come from it). */
+  /** A shared engine (then lease, retention and `replayCache` options come from it). */
   engine?: IdempotencyEngine<Tx>;
   /**
    * Methods protected; a key on any other method is ignored (protocol.md H1).

@@ -33,9 +33,15 @@ export function phases(f: Record<string, string>): PhaseResults {
   return out;
 }
 
-/** A flat field reply as a {@link KeyRecord}, judged at `nowMs` (the server clock). */
-export function toRecord(scope: string, key: string, nowMs: number, reply: unknown[]): KeyRecord {
-  return recordOf(scope, key, nowMs, toFields(reply));
+/**
+ * A flat field reply as a {@link KeyRecord}, judged at `nowMs` (the server clock); with
+ * `retentionMs`, the retention left too (protocol.md K20).
+ */
+export function toRecord(scope: string, key: string, nowMs: number, reply: unknown[], retentionMs?: number): KeyRecord {
+  const f = toFields(reply);
+  const record = recordOf(scope, key, nowMs, f);
+  if (retentionMs !== undefined) record.retentionRemainingMs = retentionLeft(f, retentionMs, nowMs);
+  return record;
 }
 
 /** A hash's fields as a {@link KeyRecord}; the response only when its body was read. */
@@ -77,4 +83,14 @@ export function toSnapshot(value: string | undefined): RequestSnapshot | undefin
     contentType: typeof v.contentType === 'string' ? v.contentType : null,
     body: typeof v.body === 'string' ? new Uint8Array(Buffer.from(v.body, 'base64')) : null,
   };
+}
+
+/**
+ * The retention left of a hash, by the server clock at `nowMs` (protocol.md K20): until the
+ * earlier of its own expiry (`ca` + `rt`, when the hash goes) and the read's retention.
+ */
+export function retentionLeft(f: Record<string, string>, retentionMs: number, nowMs: number): number {
+  const createdAt = Number(f.ca);
+  const own = f.rt === undefined ? retentionMs : Math.min(retentionMs, Number(f.rt));
+  return createdAt + own - nowMs;
 }

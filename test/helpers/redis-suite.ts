@@ -98,7 +98,11 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
         const before = Date.now();
         const claimed = await claim('k1');
         const token = claimedToken(claimed);
-        assert.deepEqual(Object.keys(claimed).sort(), ['claimId', 'kind', 'token']);
+        assert.deepEqual(
+          Object.keys(claimed).sort(),
+          ['claimId', 'kind', 'retentionRemainingMs', 'token'],
+          "the retention left is the replay cache's (protocol.md K20)",
+        );
         assert.match((claimed as { claimId: string }).claimId, UUID);
         assert.ok(Number.isSafeInteger(token) && token > 0, `a positive safe integer token, got ${token}`);
         const record = existing(await claim('k1', { fingerprint: fp(2) }));
