@@ -9,7 +9,8 @@ const NULL_BODY = new Set([101, 103, 204, 205, 304]);
  * a body (the Response constructor throws on a body there, even an empty one).
  */
 export function bodyResponse(status: number, body: Uint8Array, init: ResponseInit = {}): Response {
-  return new Response(NULL_BODY.has(status) ? null : body, { ...init, status });
+  init.status = status;
+  return new Response(NULL_BODY.has(status) ? null : body, init);
 }
 
 /**
@@ -92,8 +93,16 @@ export type ResponseCapture = (response: Response) => Promise<{ stored: StoredRe
 
 /** A stored response as sent to a retry: same status, same bytes, stored headers and `Idempotent-Replayed: true`. */
 export function replayResponse(stored: StoredResponse): Response {
-  const headers = new Headers();
-  for (const [name, value] of stored.headers) headers.append(name, value);
-  headers.set(REPLAYED_HEADER, 'true');
+  // A plain record, not a Headers object: servers that bridge web Responses to Node's
+  // (@hono/node-server) write a record's headers directly, where a Headers object is
+  // validated twice and copied. A repeated name is joined with ", ", which is what
+  // Headers.append gives (Set-Cookie, the one header that cannot be joined, is never stored).
+  // No prototype: a stored name such as `__proto__` or `constructor` is an ordinary key.
+  const headers = Object.create(null) as Record<string, string>;
+  for (const [name, value] of stored.headers) {
+    const key = name.toLowerCase();
+    headers[key] = Object.hasOwn(headers, key) ? `${headers[key]}, ${value}` : value;
+  }
+  headers[REPLAYED_HEADER.toLowerCase()] = 'true';
   return bodyResponse(stored.status, stored.body, { headers });
 }
