@@ -29,8 +29,8 @@ const admin = new pg.Pool({ connectionString: databaseUrl, max: 1 });
 const steps: Array<[string, (name: string, url: string) => boolean]> = [
   ['idem HTTP core (prepare → replay Response), all of it', (n, u) => n === 'prepare' && u.includes('/src/http/idempotency')],
   ['  fingerprint (canonical JSON + SHA-256)', (n, u) => n === 'fingerprint' && u.includes('/src/core/fingerprint')],
-  ['  scope (credential hash)', (n, u) => u.includes('/src/http/scope')],
-  ['  key parsing', (n, u) => u.includes('/src/core/key')],
+  ['  scope (credential hash)', (_n, u) => u.includes('/src/http/scope')],
+  ['  key parsing', (_n, u) => u.includes('/src/core/key')],
   ['  engine.begin + store.claim (JS side of the round trip)', (n, u) => n === 'begin' && u.includes('/src/engine/engine')],
   ['  replay Response (header filter, new Response)', (n, u) => n === 'replayResponse' && u.includes('/src/http/response')],
   ['pg driver (parse, serialize, socket)', (_n, u) => u.includes('node_modules/pg')],
@@ -100,7 +100,8 @@ for (const framework of frameworks) {
     out.push('', `Self time by layer, ${kase} (busy ${s.busyMs.toFixed(0)} ms over ${seconds} s):`, '', '| layer | ms | share |', '|---|---:|---:|');
     for (const l of s.byLayer.slice(0, 14)) out.push(`| ${l.name} | ${l.ms.toFixed(0)} | ${(l.share * 100).toFixed(1)} % |`);
     out.push('', `Top 20 functions by self time, ${kase}:`, '', '| function | where | ms | share |', '|---|---|---:|---:|');
-    for (const f of s.byFunction.slice(0, 20)) out.push(`| ${f.name.replaceAll('|', '\\|')} | ${f.where} | ${f.ms.toFixed(0)} | ${(f.share * 100).toFixed(1)} % |`);
+    for (const f of s.byFunction.slice(0, 20))
+      out.push(`| ${f.name.replaceAll('|', '\\|')} | ${f.where} | ${f.ms.toFixed(0)} | ${(f.share * 100).toFixed(1)} % |`);
   }
   out.push('');
 }

@@ -74,8 +74,7 @@ export function summarize(profile: CpuProfile): { busyMs: number; byFunction: Se
     e.ms += us / 1000;
     lay.set(l, e);
   }
-  const finish = (m: Map<string, SelfTime>) =>
-    [...m.values()].map((e) => ({ ...e, share: e.ms / (busy / 1000) })).sort((a, b) => b.ms - a.ms);
+  const finish = (m: Map<string, SelfTime>) => [...m.values()].map((e) => ({ ...e, share: e.ms / (busy / 1000) })).sort((a, b) => b.ms - a.ms);
   return { busyMs: busy / 1000, byFunction: finish(fn), byLayer: finish(lay) };
 }
 

@@ -58,7 +58,15 @@ export function fingerprint(input: FingerprintInput): Uint8Array {
   const queryPairs = query ? [...query] : [];
   const headers = input.headers?.length ? input.headers.map(([n, v]) => [n.toLowerCase(), v.trim()] as [string, string]) : [];
   const [form, bytes] = canonicalBody(input.contentType ?? null, input.body ?? null, projection(input));
-  const fields: Array<string | Uint8Array> = [VERSION, input.method.toUpperCase(), input.path, canonicalPairs(queryPairs), canonicalPairs(headers), form, bytes];
+  const fields: Array<string | Uint8Array> = [
+    VERSION,
+    input.method.toUpperCase(),
+    input.path,
+    canonicalPairs(queryPairs),
+    canonicalPairs(headers),
+    form,
+    bytes,
+  ];
   let size = 0;
   for (const f of fields) size += 4 + (typeof f === 'string' ? Buffer.byteLength(f, 'utf8') : f.length);
   const framed = Buffer.allocUnsafe(size);

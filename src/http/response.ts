@@ -9,8 +9,7 @@ const NULL_BODY = new Set([101, 103, 204, 205, 304]);
  * a body (the Response constructor throws on a body there, even an empty one).
  */
 export function bodyResponse(status: number, body: Uint8Array, init: ResponseInit = {}): Response {
-  init.status = status;
-  return new Response(NULL_BODY.has(status) ? null : body, init);
+  return new Response(NULL_BODY.has(status) ? null : body, { ...init, status });
 }
 
 /**

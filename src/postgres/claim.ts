@@ -11,23 +11,57 @@ function claimed(row: Row): ClaimResult {
   return { kind: 'claimed', token: Number(row.lock_version), claimId: String(row.claim_id) };
 }
 
+/**
+ * Stores whose table has no claim function (migrated by an earlier version), with when that
+ * was seen: they use `readDone` + `claim` until `migrate()` has run (tried again a minute on).
+ */
+const noClaimFunction = new WeakMap<StoreContext, number>();
+const RETRY_FUNCTION_MS = 60_000;
+
+/**
+ * The claim in one round trip through the table's claim function (sql/claim.ts
+ * `claimFunctionStatements`). Returns its row ('exists' or 'claimed'), undefined when a
+ * concurrent claim won the insert race (the caller reads it fresh), or null when the table has
+ * no claim function (the caller takes the two-statement path).
+ */
+async function claimInOne(ctx: StoreContext, params: unknown[]): Promise<Row | undefined | null> {
+  const missingSince = noClaimFunction.get(ctx);
+  if (missingSince !== undefined && Date.now() - missingSince < RETRY_FUNCTION_MS) return null;
+  try {
+    const row = (await ctx.db.query(ctx.sql.claimOne, params)).rows[0];
+    noClaimFunction.delete(ctx);
+    return row && row.kind !== null ? row : undefined;
+  } catch (error) {
+    // undefined_function: the table predates the function. Anything else is the claim's own failure.
+    if ((error as { code?: string }).code !== '42883') throw error;
+    noClaimFunction.set(ctx, Date.now());
+    return null;
+  }
+}
+
 /** See `IdempotencyStore.claim`. */
 export async function claim(ctx: StoreContext, input: ClaimInput): Promise<ClaimResult> {
   const { db, sql } = ctx;
-  // Replay fast path: a finished key within retention is answered by one plain read. A
-  // finished row only ever changes by being deleted or replaced past retention, so the
-  // answer cannot be stale in a way that matters; every other case claims below.
-  // Group commit: the batched claim reads first itself, so a replay needs no read of its own (protocol.md K19).
-  const done = ctx.group ? undefined : (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
-  if (done && done.state === KeyState.Done && done.retention_expired !== true) {
-    return { kind: 'exists', record: await readRecord(ctx, done, input.scope, input.key, input.fingerprint) };
+  const params = [input.scope, input.key, input.fingerprint, input.leaseMs, input.retentionMs];
+  // Plain table: one statement reads the key and, only when it is absent, claims it; a replay
+  // costs one primary-key read and a new request one statement (protocol.md K3, Q1).
+  // Group commit: the batched claim reads first itself (protocol.md K19).
+  const first = ctx.group || ctx.psql ? null : await claimInOne(ctx, params);
+  if (first === null && !ctx.group) {
+    // Replay fast path (partitioned mode, or a table without the claim function): a finished
+    // key within retention is answered by one plain read. A finished row only ever changes by
+    // being deleted or replaced past retention, so the answer cannot be stale in a way that
+    // matters; every other case claims below.
+    const done = (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
+    if (done && done.state === KeyState.Done && done.retention_expired !== true) {
+      return { kind: 'exists', record: await readRecord(ctx, done, input.scope, input.key, input.fingerprint) };
+    }
   }
   if (ctx.psql) return claimPartitioned(ctx, ctx.psql, input);
-  const params = [input.scope, input.key, input.fingerprint, input.leaseMs, input.retentionMs];
   // Bounded: each turn either claims, finds a live row, or loses a race to a writer that
   // made progress (a replacement or a deletion), which cannot repeat without bound.
   for (let attempt = 0; attempt < 5; attempt++) {
-    let row = attempt === 0 && ctx.group ? await ctx.group.claim(input) : (await db.query(sql.claim, params)).rows[0];
+    let row = attempt === 0 && first !== null ? first : attempt === 0 && ctx.group ? await ctx.group.claim(input) : (await db.query(sql.claim, params)).rows[0];
     if (row?.kind === 'claimed') return claimed(row);
     if (!row) {
       // Lost the race to a concurrent claim committed after our snapshot: read it fresh.
