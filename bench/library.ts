@@ -26,11 +26,12 @@ const REPLAY_KEYS = 1000;
 
 /** Why a library ratio can fall short of 0.9 (bench/notes.md, "Profile"). */
 const WHY_NEW =
-  "both sides are two commits, idem's claim being one call of the table's claim function (a primary-key read that misses, then the INSERT) against the raw INSERT statement; " +
-  'what is left is the plpgsql call on the server and the engine and store in JavaScript (key checks, the lease heartbeat timer, the fenced finish), which count where the two cores, not the WAL flush, are the limit.';
+  "both sides issue the same two statements and commits (idem's store claims first while new keys dominate); what is left is idem's JavaScript per request " +
+  '(key checks, the engine, the lease heartbeat timer, the fenced finish and its response encoding), which counts where the two cores, not the WAL flush, are the limit.';
 const WHY_REPLAY =
-  'a replay is one call of the claim function against a bare five-column primary-key read: the plpgsql call (about 10-20 µs of server CPU) and eighteen columns to send and parse (the whole key record) against five; ' +
-  'at concurrency 1 the call adds to every round trip, at 64 the two cores are shared by 64 backends and the client. The replay cache (issue 18 item 2) answers replays with no statement at all.';
+  'a replay is one read on both sides, but `readDone` returns the whole key record (thirteen columns: phase results, token, claim id, created-at, the response) against the raw five, ' +
+  'and the engine decides and builds the record in JavaScript; on two cores shared with PostgreSQL that is the gap. The replay cache (issue 18 item 2) answers replays with no statement at all.';
+
 const LEASE_MS = 60_000;
 const RETENTION_MS = 86_400_000;
 
@@ -52,9 +53,9 @@ function rawSide(runQuery: Run, table: string) {
       const { rows } = await runQuery(readText, [SCOPE, `k${(i % REPLAY_KEYS) + 1}`], `raw_read_${table}`);
       if (rows[0]?.state !== 'done') throw new Error('raw read found no finished row');
     },
-    /** idem's claim (the table's claim function, one call) on a finished key: what a replay costs the database. */
+    /** idem's claim statement on a finished key: what a replay would cost the database without the replay fast path. */
     async claimExisting(i: number): Promise<void> {
-      const { rows } = await runQuery(sql.claimOne, [SCOPE, `k${(i % REPLAY_KEYS) + 1}`, FINGERPRINT, LEASE_MS, RETENTION_MS], `raw_claim_one_${table}`);
+      const { rows } = await runQuery(sql.claim, [SCOPE, `k${(i % REPLAY_KEYS) + 1}`, FINGERPRINT, LEASE_MS, RETENTION_MS], `raw_claim_${table}`);
       if (rows[0]?.kind !== 'exists') throw new Error('raw claim on an existing key claimed');
     },
   };
@@ -209,7 +210,7 @@ export async function postgresLibrary(cfg: BenchConfig, log: (line: string) => v
     chart['pgbench PK read'] = rows.map((r) => [r.concurrency, r.pgbenchRead!]);
   }
   const claimNote = at16.rawClaimExisting
-    ? `\n\nAt concurrency 16, idem's claim (the claim function, \`sql.claimOne\`) run raw on a finished key (what a replay costs the database, without idem's JavaScript): ` +
+    ? `\n\nAt concurrency 16, idem's claim statement run raw on a finished key (what a replay would cost without the read-first path, which the store takes while replays dominate): ` +
       `${fmtRate(at16.rawClaimExisting.opsPerSec)} ops/s = ${ratio(at16.rawClaimExisting.opsPerSec, at16.rawRead.opsPerSec)} of the bare PK read.`
     : '';
   return {

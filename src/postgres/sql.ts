@@ -13,7 +13,7 @@
  * rolls back whatever it did in the same transaction.
  */
 import { blobStatements, blobTableStatement } from './sql/blobs.js';
-import { claimFunctionStatements, claimStatements, partitionedClaimStatements } from './sql/claim.js';
+import { claimStatements, partitionedClaimStatements } from './sql/claim.js';
 import { completerStatements } from './sql/completer.js';
 import { dashboardStatements } from './sql/dashboard.js';
 import { fencedStatements } from './sql/fenced.js';
@@ -28,7 +28,7 @@ export { quoteTable } from './sql/table.js';
 
 /** Statements for one table; each is documented where it is written, in `sql/`. */
 export interface Statements {
-  /** sql/migrate.ts, then (plain mode) sql/claim.ts's `claimFunction` */
+  /** sql/migrate.ts */
   migrate: string[];
   tableKind: string;
   /** The `<table>_blobs` DDL, also in `migrate` (plain mode only: see {@link partitionedStatements}). */
@@ -36,8 +36,6 @@ export interface Statements {
   /** sql/claim.ts */
   claim: string;
   readDone: string;
-  claimFunction: string;
-  claimOne: string;
   readForUpdate: string;
   read: string;
   replaceExpired: string;
@@ -103,13 +101,11 @@ export interface PartitionedStatements {
  */
 export function statements(table: string): Statements {
   const names = tableNames(table);
-  const claimFunction = claimFunctionStatements(names);
   return {
-    migrate: [...migrateStatements(names, 'plain'), claimFunction.claimFunction],
+    migrate: migrateStatements(names, 'plain'),
     tableKind,
     blobTable: blobTableStatement(names),
     ...claimStatements(names),
-    ...claimFunction,
     ...fencedStatements(names),
     ...groupStatements(names),
     ...sweepStatements(names),

@@ -1,4 +1,4 @@
-import { CLAIMED_ROW, literal, quoteTable, ROW, type TableNames } from './table.js';
+import { CLAIMED_ROW, literal, ROW, type TableNames } from './table.js';
 
 /** A row's retention flag: created at or before `now() - $n ms`. */
 const retentionExpired = (param: string) => `created_at <= now() - ${param}::int8 * interval '1 millisecond' AS retention_expired`;
@@ -95,70 +95,6 @@ export function claimStatements({ t, nextToken }: TableNames) {
         AND created_at <= now() - $5::int8 * interval '1 millisecond'
         AND (locked_until IS NULL OR locked_until <= now())
       RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id`,
-  };
-}
-
-/**
- * The claim in ONE round trip that costs a replay no more than a plain read (plain mode): a
- * plpgsql function `<table>_claim_v1`, created by `migrate()`, that runs the primary-key read
- * and, only when it finds no row, the claim's `INSERT … ON CONFLICT DO NOTHING`. Same inputs
- * and result columns as {@link claimStatement} (`kind` 'exists' or 'claimed'), same decisions
- * (protocol.md Q1, K3).
- *
- * Why a function and not the claim statement alone: a statement that holds an INSERT pays
- * for it on every run, insert or not (the executor opens the table's indexes for the
- * insert and its arbiter, and the statement takes a write lock), so the claim statement
- * run on a finished key did 0.56-0.72 of a bare primary-key read (bench/, pg, concurrency
- * 1-64); and the replay fast path that avoided it (`readDone`) cost every new request a
- * second round trip. In the function the INSERT is planned and run only when the read
- * missed, so a replay is one read and a new request one statement.
- *
- * Each statement of a VOLATILE function takes its own snapshot (READ COMMITTED), so the read
- * and the insert are not one snapshot: a row committed by a concurrent claim between them
- * makes the insert do nothing, and the function returns a row of NULLs (`kind` NULL), which
- * the caller treats as the claim statement's "no row back" (read it fresh with
- * `readForUpdate`, protocol.md Q2). A row deleted in between (discarded, swept) is simply
- * claimed. A finished row carries no lease (`locked_until` NULL), so its lease arithmetic is
- * skipped.
- *
- * A table migrated by an earlier version has no function until `migrate()` runs again; the
- * store then falls back to `readDone` + `claim` (src/postgres/claim.ts).
- */
-export function claimFunctionStatements({ table, t }: TableNames) {
-  // Versioned: a later change of its result columns (which CREATE OR REPLACE refuses) gets a
-  // new name, so processes of both versions keep working through a rolling upgrade.
-  const fn = quoteTable(`${table}_claim_v1`);
-  return {
-    /** Created (or replaced: the upgrade path) by `migrate()` in its transaction, plain mode. */
-    claimFunction: `CREATE OR REPLACE FUNCTION ${fn}(p_scope text, p_key text, p_fingerprint bytea, p_lease_ms int8, p_retention_ms int8,
-        OUT kind text, OUT scope text, OUT key text, OUT fingerprint bytea, OUT state text, OUT recovery_point text,
-        OUT phase_results jsonb, OUT lock_version text, OUT claim_id text, OUT lease_expired boolean,
-        OUT lease_remaining_ms float8, OUT response_status int, OUT response_headers jsonb, OUT response_body bytea,
-        OUT response_body_ref text, OUT response_key_id text, OUT created_at timestamptz, OUT retention_expired boolean)
-      LANGUAGE plpgsql VOLATILE AS $fn$
-      #variable_conflict use_column
-      BEGIN
-        SELECT 'exists', r.scope, r.key, r.fingerprint, r.state, r.recovery_point, r.phase_results, r.lock_version::text, r.claim_id::text,
-            (r.locked_until IS NULL OR r.locked_until <= now()),
-            CASE WHEN r.locked_until IS NULL THEN 0 ELSE GREATEST(0, EXTRACT(EPOCH FROM (r.locked_until - now())) * 1000)::float8 END,
-            r.response_status, r.response_headers, r.response_body, r.response_body_ref, r.response_key_id, r.created_at,
-            r.created_at <= now() - p_retention_ms * interval '1 millisecond'
-          INTO kind, scope, key, fingerprint, state, recovery_point, phase_results, lock_version, claim_id, lease_expired,
-            lease_remaining_ms, response_status, response_headers, response_body, response_body_ref, response_key_id, created_at,
-            retention_expired
-          FROM ${t} r WHERE r.scope = p_scope AND r.key = p_key;
-        IF FOUND THEN
-          RETURN;
-        END IF;
-        INSERT INTO ${t} AS r (scope, key, fingerprint, locked_until)
-          VALUES (p_scope, p_key, p_fingerprint, now() + p_lease_ms * interval '1 millisecond')
-          ON CONFLICT (scope, key) DO NOTHING
-          RETURNING 'claimed', r.lock_version::text, r.claim_id::text INTO kind, lock_version, claim_id;
-      END
-      $fn$`,
-
-    /** The call. $1 scope, $2 key, $3 fingerprint, $4 lease ms, $5 retention ms. */
-    claimOne: `SELECT * FROM ${fn}($1, $2, $3, $4::int8, $5::int8)`,
   };
 }
 
