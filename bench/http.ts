@@ -27,6 +27,7 @@ export async function httpLevel(cfg: BenchConfig, log: (line: string) => void): 
       try {
         const replayKeys = await seedKeys(`${server.url}/idem`, 'r', cfg.seedKeys);
         const memoryKeys = await seedKeys(`${server.url}/idem-memory`, 'm', cfg.seedKeys);
+        const cachedKeys = await seedKeys(`${server.url}/idem-cached`, 'c', cfg.seedKeys);
         const c = cfg.httpConnections;
         const s = cfg.httpS;
         if (cfg.warmupMs > 0) await cannon(`${server.url}/idem`, c, cfg.warmupMs / 1000, () => randomUUID()); // warm up
@@ -36,6 +37,7 @@ export async function httpLevel(cfg: BenchConfig, log: (line: string) => void): 
             bare: () => cannon(`${server.url}/bare`, c, s),
             idemNew: () => cannon(`${server.url}/idem`, c, s, () => randomUUID()),
             idemReplay: () => cannon(`${server.url}/idem`, c, s, cycle(replayKeys)),
+            cachedReplay: () => cannon(`${server.url}/idem-cached`, c, s, cycle(cachedKeys)),
             memoryReplay: () => cannon(`${server.url}/idem-memory`, c, s, cycle(memoryKeys)),
           },
           cfg.httpRounds,
@@ -44,6 +46,7 @@ export async function httpLevel(cfg: BenchConfig, log: (line: string) => void): 
           ['bare handler', r.bare],
           ['behind idem, new keys', r.idemNew],
           ['behind idem, replays', r.idemReplay],
+          ['behind idem with replayCache, replays', r.cachedReplay],
           ['behind idem on MemoryStore, replays (no round trip)', r.memoryReplay],
         ] as const) {
           lines.push(
@@ -54,10 +57,16 @@ export async function httpLevel(cfg: BenchConfig, log: (line: string) => void): 
         if (framework === 'hono') {
           targets['http-hono-replay'] = {
             value: r.idemReplay.opsPerSec / r.bare.opsPerSec,
-            detail: `${fmtRate(r.idemReplay.opsPerSec)} / ${fmtRate(r.bare.opsPerSec)} req/s; on MemoryStore (no round trip) ${ratio(r.memoryReplay.opsPerSec, r.bare.opsPerSec)} × bare`,
+            detail: `${fmtRate(r.idemReplay.opsPerSec)} / ${fmtRate(r.bare.opsPerSec)} req/s, no replay cache; on MemoryStore (no round trip) ${ratio(r.memoryReplay.opsPerSec, r.bare.opsPerSec)} × bare`,
             whyMissed:
               'the replay on PostgreSQL still makes one database round trip per request: in the CPU profile (bench/out/profile/http.md) the pg driver and its socket writes take 30-40 % of the server process, ' +
               "idem's own code (key, scope, fingerprint, engine, the replayed Response) 13-15 %; PostgreSQL's backends share the same two cores. The same route on the in-process MemoryStore, the floor a replay cache reaches, is the row beside it.",
+          };
+          targets['http-hono-replay-cached'] = {
+            value: r.cachedReplay.opsPerSec / r.bare.opsPerSec,
+            detail: `${fmtRate(r.cachedReplay.opsPerSec)} / ${fmtRate(r.bare.opsPerSec)} req/s, PostgreSQL store with replayCache`,
+            whyMissed:
+              "with the cache a replay makes no round trip, and what is left is idem's own HTTP path (bench/out/profile/http.md, the MemoryStore case): reading the body, the fingerprint (canonical JSON + SHA-256, the largest part), key and scope, the engine's decision and the replayed Response through @hono/node-server, against a bare handler that does none of it.",
           };
         }
       } finally {

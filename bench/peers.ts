@@ -16,6 +16,7 @@ import { fmtMs, fmtRate, interleave, ratio, type Sampled } from './lib/measure.j
 
 const PEERS = [
   ['/idem', 'idem (PostgreSQL store)'],
+  ['/idem-cached', 'idem (PostgreSQL store, replayCache on)'],
   ['/idem-redis', 'idem (Redis store, idem/redis)'],
   ['/xi-memory', 'express-idempotency 1.0.6, in memory'],
   ['/xi-redis', 'express-idempotency 1.0.6 + express-idempotency-redis-adapter 1.0.8'],

@@ -114,10 +114,11 @@ await section('growth', async () => (await import('./growth.js')).growth);
 await section('memory', async () => (await import('./memory.js')).memory);
 await section('group-commit', async () => (await import('./group-commit.js')).groupCommit);
 await section('dbos', async () => (await import('./dbos.js')).dbos);
+await section('cache', async () => (await import('./replay-cache.js')).replayCache);
 // The postgres.js driver (issue 14), once bench/postgresjs.ts is in the tree: it exports
 // `postgresjs(cfg, log): Promise<Section>` with `targets: { postgresjs: … }` (bench/lib/targets.ts).
 if (existsSync('bench/postgresjs.ts')) await section('postgresjs', async () => (await import('./postgresjs.js' as string)).postgresjs);
-const ORDER = ['library', 'pglite', 'http', 'peers', 'growth', 'memory', 'group-commit', 'dbos', 'postgresjs'];
+const ORDER = ['library', 'pglite', 'http', 'peers', 'growth', 'memory', 'group-commit', 'dbos', 'cache', 'postgresjs'];
 
 // Only a complete full run replaces the published report (docs/); a quick or failed run
 // writes next to the suite, in bench/out/ (not committed).

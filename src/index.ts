@@ -27,6 +27,7 @@ export { deriveKey } from './core/derived-key.js';
 export type * from './store/types.js';
 export { IdempotencyEngine, type EngineOptions, type BeginInput, type BeginResult } from './engine/engine.js';
 export type { Execution, IdempotencyEvent } from './engine/execution.js';
+export { ReplayCache, type ReplayCacheOptions, type ReplayCacheStats } from './engine/replay-cache.js';
 export { HttpIdempotency, type HttpRequestInput, type IdempotencyOptions, type Prepared } from './http/idempotency.js';
 export type { IdempotencyContext } from './http/context.js';
 export { Completer, type CompleterOptions, type CompleterReport } from './http/completer.js';

@@ -505,10 +505,10 @@ for (const factory of suiteStores) {
         const fresh = executionOf(await begin(engine, 'k', OTHER_FP)); // the client's fixed request
         assert.equal(fresh.resumed, false);
         assert.ok(fresh.token > taker.token, `the new claim's token ${fresh.token} must exceed every earlier one (${stale.token}, ${taker.token})`);
-        /** The row without its (ticking) remaining lease time. */
+        /** The row without its (ticking) lease and retention left. */
         const snapshot = async () => {
           const r = await record();
-          return r && { ...r, leaseRemainingMs: undefined };
+          return r && { ...r, leaseRemainingMs: undefined, retentionRemainingMs: undefined };
         };
         const before = await snapshot();
 

@@ -28,6 +28,8 @@ await store.migrate();
 // HTTP path (key, scope, fingerprint, engine, replayed Response), the floor a finished-key
 // cache in front of the database can reach.
 const memoryStore = new MemoryStore();
+// `/idem-cached`: the PostgreSQL store with the in-process replay cache on (protocol.md K20).
+const REPLAY_CACHE = { maxBytes: 64 * 1024 * 1024 };
 
 const runs = new Map<string, number>();
 function noop(key: string | undefined): { ok: true } {
@@ -47,6 +49,7 @@ function honoApp(): Hono {
   app.post('/bare', (c) => c.json(noop(c.req.header('idempotency-key')), 201));
   app.post('/idem', honoIdem({ store }), (c) => c.json(noop(c.req.header('idempotency-key')), 201));
   app.post('/idem-memory', honoIdem({ store: memoryStore }), (c) => c.json(noop(c.req.header('idempotency-key')), 201));
+  app.post('/idem-cached', honoIdem({ store, replayCache: REPLAY_CACHE }), (c) => c.json(noop(c.req.header('idempotency-key')), 201));
   return app;
 }
 
@@ -60,6 +63,10 @@ async function expressApp(withPeers: boolean): Promise<express.Express> {
   });
   const idem = expressIdem({ store });
   app.post('/idem', express.json(), idem, (req, res) => {
+    res.status(201).json(noop(keyOf(req.headers)));
+  });
+  const idemCached = expressIdem({ store, replayCache: REPLAY_CACHE });
+  app.post('/idem-cached', express.json(), idemCached, (req, res) => {
     res.status(201).json(noop(keyOf(req.headers)));
   });
   const idemMemory = expressIdem({ store: memoryStore });

@@ -22,7 +22,17 @@ for (const subpath of Object.keys(pkg.exports)) {
 
 // The root is what applications call; building blocks live in idem/core and idem/http.
 const root = modules.idem;
-for (const name of ['IdempotencyEngine', 'HttpIdempotency', 'Completer', 'fingerprint', 'deriveKey', 'IdempotencyError', 'KeyState', 'problemResponse']) {
+for (const name of [
+  'IdempotencyEngine',
+  'HttpIdempotency',
+  'Completer',
+  'fingerprint',
+  'deriveKey',
+  'IdempotencyError',
+  'KeyState',
+  'problemResponse',
+  'ReplayCache',
+]) {
   assert.ok(name in root, `idem exports ${name}`);
 }
 for (const name of [

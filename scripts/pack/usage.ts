@@ -17,6 +17,8 @@ import {
   type IdempotencyStore,
   KeyState,
   ProblemKind,
+  ReplayCache,
+  type ReplayCacheStats,
   deriveKey,
   fingerprint,
   problemResponse,
@@ -87,6 +89,11 @@ console.log(client, fileClient);
 // `createClient()` idem calls, declared here so this file needs no Redis package).
 const memoryStore = new MemoryStore();
 const memoryEngine = new IdempotencyEngine<MemoryTx>({ store: memoryStore });
+// The replay cache (protocol.md K20): an instance, or its options.
+const replayCache = new ReplayCache({ maxBytes: 8 * 1024 * 1024, marginMs: 1000, sealed: false });
+const cachedEngine = new IdempotencyEngine<MemoryTx>({ store: memoryStore, replayCache });
+const cacheStats: ReplayCacheStats = replayCache.stats();
+void new IdempotencyEngine<MemoryTx>({ store: new MemoryStore(), replayCache: { maxBytes: 1024 } });
 const swept: number = await memoryStore.sweep({ retentionMs: 86_400_000 });
 interface NodeRedisClient {
   connect(): Promise<unknown>;
@@ -97,7 +104,7 @@ declare const redisClient: NodeRedisClient;
 const redisStore = new RedisStore({ client: redisClient, prefix: 'idem:' });
 const redisEngine = new IdempotencyEngine<NoTransaction>({ store: redisStore, leaseMs: 30_000 });
 const noTx: NoTransaction = NO_TRANSACTION;
-console.log(memoryEngine, swept, memoryStore.size, redisEngine, noTx.atomic);
+console.log(memoryEngine, cachedEngine, cacheStats.hits, swept, memoryStore.size, redisEngine, noTx.atomic);
 
 // Fastify: the plugin on an instance, routes opt in through their config.
 const fastify = Fastify();

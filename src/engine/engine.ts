@@ -2,8 +2,10 @@ import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS, MAX_SCOPE_LENGTH } from '../cor
 import { decide } from '../core/decide.js';
 import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailableError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
+import { sameFingerprint } from '../core/fingerprint.js';
 import type { IdempotencyStore, KeyChanges, KeyRecord, StoredResponse } from '../store/types.js';
-import { Execution, type IdempotencyEvent, notify } from './execution.js';
+import { Execution, type ExecutionSettings, type IdempotencyEvent, notify } from './execution.js';
+import { ReplayCache, type ReplayCacheOptions } from './replay-cache.js';
 import type { IdempotencyTelemetry, RequestTelemetry } from './telemetry.js';
 import { TracedExecution } from './traced-execution.js';
 
@@ -51,6 +53,15 @@ export interface EngineOptions<Tx = unknown> {
    * metrics named in docs/observability.md), or any {@link IdempotencyTelemetry}.
    */
   telemetry?: IdempotencyTelemetry;
+  /**
+   * Answers retries of finished keys from this process's memory, with no store round trip
+   * (protocol.md K20): a {@link ReplayCache} (share one between the engines of one store), or
+   * its options to make one. Mismatches are still detected (the fingerprint is in the entry);
+   * no entry outlives its row's retention by the store's clock; sealed responses only with
+   * `sealed: true`.
+   * @default undefined (off: every retry reads the store)
+   */
+  replayCache?: ReplayCache | ReplayCacheOptions;
 }
 
 /** What a request carries into the engine. */
@@ -68,9 +79,9 @@ export type BeginResult<Tx = unknown> =
   /** This worker owns the key (a fresh claim, or a takeover resuming from a recovery point). */
   | { kind: 'execute'; execution: Execution<Tx> }
   /** The key finished earlier (or, with `waitedMs`, while this duplicate waited for it): return this response. */
-  | { kind: 'replay'; response: StoredResponse; record: KeyRecord; waitedMs?: number }
-  /** Same key, different request (checked first). */
-  | { kind: 'mismatch'; record: KeyRecord }
+  | { kind: 'replay'; response: StoredResponse; record: KeyRecord; waitedMs?: number; cached?: true }
+  /** Same key, different request (checked first). `cached`: decided from the replay cache. */
+  | { kind: 'mismatch'; record: KeyRecord; cached?: true }
   /** Another worker holds a valid lease; retry after `retryAfterMs` ms. */
   | { kind: 'in-progress'; retryAfterMs: number };
 
@@ -100,6 +111,8 @@ export class IdempotencyEngine<Tx = unknown> {
   readonly waitMs: number;
   private readonly onEvent: ((event: IdempotencyEvent) => void) | undefined;
   private readonly telemetry: IdempotencyTelemetry | undefined;
+  /** The replay cache (see `EngineOptions.replayCache`), or undefined when off. */
+  readonly replayCache: ReplayCache | undefined;
   private readonly reads = new Map<string, { seen: number; read: Promise<KeyRecord | undefined> }>();
 
   /** @throws {InvalidOptionError} for a missing store or out-of-range durations. */
@@ -130,6 +143,9 @@ export class IdempotencyEngine<Tx = unknown> {
     if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
       throw new InvalidOptionError('idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })');
     }
+    const cache = options.replayCache;
+    this.replayCache = cache === undefined ? undefined : cache instanceof ReplayCache ? cache : new ReplayCache(cache);
+    this.replayCache?.attach(this.store, this.retentionMs);
   }
 
   /**
@@ -153,8 +169,9 @@ export class IdempotencyEngine<Tx = unknown> {
     }
     req.claimed(performance.now() - started);
     if (begun.kind === 'execute') return begun; // the execution reports its outcome and end
-    if (begun.kind === 'replay') req.outcome(begun.waitedMs === undefined ? 'replayed' : 'waited', { waitedMs: begun.waitedMs });
-    else req.outcome(begun.kind === 'mismatch' ? 'mismatch' : 'in_progress');
+    if (begun.kind === 'replay') req.outcome(begun.waitedMs === undefined ? 'replayed' : 'waited', { waitedMs: begun.waitedMs, cached: begun.cached });
+    else if (begun.kind === 'mismatch') req.outcome('mismatch', { cached: begun.cached });
+    else req.outcome('in_progress');
     req.end();
     return begun;
   }
@@ -169,6 +186,12 @@ export class IdempotencyEngine<Tx = unknown> {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
     const started = performance.now();
+    const cache = this.replayCache;
+    if (cache !== undefined) {
+      // protocol.md K20: a finished key is answered from memory, mismatch checked first (K3).
+      const cached = cache.get(scope, key);
+      if (cached !== undefined) return this.fromCache(cached, input.fingerprint);
+    }
     let changes: KeyChanges | undefined;
     try {
       // A takeover can lose to another retry taking over at the same moment; the next turn
@@ -179,13 +202,20 @@ export class IdempotencyEngine<Tx = unknown> {
         // key in this process share that read (a finish wakes them all at once). An absent key
         // is claimed as usual.
         const shared = changes ? await this.readShared(scope, key, changes) : undefined;
+        // Taken before the store is asked: the retention left it reports was measured later.
+        const asked = performance.now();
         const claim = shared
           ? ({ kind: 'exists', record: shared } as const)
           : await this.store.claim({ scope, key, fingerprint: input.fingerprint, leaseMs: this.leaseMs, retentionMs: this.retentionMs });
         if (claim.kind === 'claimed') {
           this.emit('claimed', scope, key, claim.token);
           req?.outcome('created', { token: claim.token });
-          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req) };
+          const remaining = claim.retentionRemainingMs;
+          const fill =
+            cache !== undefined && remaining !== undefined && (claim.sealed !== true || cache.sealed)
+              ? this.fillOnFinish(cache, { scope, key, fingerprint: input.fingerprint, token: claim.token, claimId: claim.claimId }, remaining, asked)
+              : undefined;
+          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill) };
         }
         const record = claim.record;
         const decision = decide(record, input.fingerprint);
@@ -195,6 +225,7 @@ export class IdempotencyEngine<Tx = unknown> {
             return { kind: 'mismatch', record };
           case 'replay': {
             if (!changes) {
+              cache?.fill(record, asked);
               this.emit('replayed', scope, key);
               return { kind: 'replay', response: record.response!, record };
             }
@@ -233,6 +264,37 @@ export class IdempotencyEngine<Tx = unknown> {
     } finally {
       changes?.close();
     }
+  }
+
+  /** The decision on a key found in the replay cache: mismatch first, else replay (protocol.md K3, K20). */
+  private fromCache(record: KeyRecord, requestFingerprint: Uint8Array): BeginResult<Tx> {
+    if (!sameFingerprint(record.fingerprint, requestFingerprint)) {
+      this.emit('mismatch', record.scope, record.key);
+      const { response: _response, ...withoutResponse } = record;
+      return { kind: 'mismatch', record: withoutResponse, cached: true };
+    }
+    this.emit('replayed', record.scope, record.key);
+    return { kind: 'replay', response: record.response!, record, cached: true };
+  }
+
+  /** The hook that caches this process's own finish of a key it claimed (protocol.md K20). */
+  private fillOnFinish(
+    cache: ReplayCache,
+    claim: { scope: string; key: string; fingerprint: Uint8Array; token: number; claimId: string },
+    remainingMs: number,
+    asked: number,
+  ): ExecutionSettings['onFinished'] {
+    const fingerprint = new Uint8Array(claim.fingerprint);
+    return (response, phaseResults) => {
+      // The claim's time by this clock; the store's created_at is not read back.
+      const createdAt = new Date(Date.now() - (performance.now() - asked));
+      cache.fillFinished(
+        { scope: claim.scope, key: claim.key, fingerprint, token: claim.token, claimId: claim.claimId, phaseResults, createdAt },
+        response,
+        remainingMs,
+        asked,
+      );
+    };
   }
 
   /**
@@ -291,8 +353,9 @@ export class IdempotencyEngine<Tx = unknown> {
     recoveryPoint: string,
     results: Record<string, unknown>,
     req: RequestTelemetry | undefined,
+    onFinished?: ExecutionSettings['onFinished'],
   ): Execution<Tx> {
-    const settings = { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent };
+    const settings = { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent, onFinished };
     const ref = { scope, key, token };
     if (req) return new TracedExecution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results, req);
     return new Execution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results);

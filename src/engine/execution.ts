@@ -11,6 +11,8 @@ export interface ExecutionSettings {
   /** The heartbeat stops extending the lease after this many ms, so a hung worker cannot hold a key forever. */
   maxExecutionMs: number;
   onEvent?: ((event: IdempotencyEvent) => void) | undefined;
+  /** Called with the stored response once the finish committed (the replay cache, protocol.md K20). Must not throw. */
+  onFinished?: ((response: StoredResponse, phaseResults: PhaseResults) => void) | undefined;
 }
 
 /** Observability events, for logs and metrics. */
@@ -214,6 +216,7 @@ export class Execution<Tx = unknown> {
     }
     this.close('done');
     this.emit('finished');
+    this.settings.onFinished?.(stored, { ...this.results });
     return stored;
   }
 

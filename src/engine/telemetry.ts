@@ -28,7 +28,7 @@ export interface RequestTelemetry {
   /** The claim and decision (with any wait, protocol.md K17) took `ms` milliseconds. */
   claimed(ms: number): void;
   /** Records an outcome of this request; a request has one from `begin`, and may get one more at its end. */
-  outcome(outcome: IdempotencyOutcome, attributes?: { waitedMs?: number; token?: number }): void;
+  outcome(outcome: IdempotencyOutcome, attributes?: { waitedMs?: number | undefined; token?: number; cached?: boolean | undefined }): void;
   /** Runs `fn` as a child operation of the request: an atomic phase, an external call, or the finish. */
   span<T>(kind: 'phase' | 'call' | 'finish', name: string, fn: () => Promise<T>, skipped?: boolean): Promise<T>;
   /** The execution began: this request runs the work (in-flight executions count up). */

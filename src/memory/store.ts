@@ -133,7 +133,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     // Past retention the key counts as absent (protocol.md K6), unless its lease is still
     // valid: its worker is alive, so it is reported as it is (in progress) instead.
     if (existing && !(this.retentionOver(existing, input.retentionMs, now) && this.leaseOver(existing, now))) {
-      return { kind: 'exists', record: this.toRecord(existing, now, input.fingerprint) };
+      return { kind: 'exists', record: this.toRecord(existing, now, input.fingerprint, input.retentionMs) };
     }
     const entry: Entry = {
       scope: input.scope,
@@ -149,6 +149,9 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
       finishedAt: null,
     };
     this.entries.set(id, entry);
+    // Only the default clock is real time: an injected one moves as its test says, so the
+    // replay cache (protocol.md K20) cannot bound an entry by it and caches nothing.
+    if (this.clock === defaultClock) return { kind: 'claimed', token: entry.token, claimId: entry.claimId, retentionRemainingMs: input.retentionMs };
     return { kind: 'claimed', token: entry.token, claimId: entry.claimId };
   }
 
@@ -245,7 +248,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     const now = this.clock();
     const entry = this.entries.get(idOf(scope, key));
     if (!entry || this.retentionOver(entry, retentionMs, now)) return undefined;
-    return this.toRecord(entry, now);
+    return this.toRecord(entry, now, undefined, retentionMs);
   }
 
   async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
@@ -325,8 +328,11 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     return entry.createdAt <= now - retentionMs;
   }
 
-  /** A copy of `entry` as a record; a mismatching `requestFingerprint` leaves the response out. */
-  private toRecord(entry: Entry, now: number, requestFingerprint?: Uint8Array): KeyRecord {
+  /**
+   * A copy of `entry` as a record; a mismatching `requestFingerprint` leaves the response out.
+   * With `retentionMs` and the default (real-time) clock, the retention left (protocol.md K20).
+   */
+  private toRecord(entry: Entry, now: number, requestFingerprint?: Uint8Array, retentionMs?: number): KeyRecord {
     const leaseExpired = this.leaseOver(entry, now);
     const record: KeyRecord = {
       scope: entry.scope,
@@ -343,6 +349,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     };
     const mismatch = requestFingerprint !== undefined && !sameBytes(requestFingerprint, entry.fingerprint);
     if (entry.response && !mismatch) record.response = copyResponse(entry.response);
+    if (retentionMs !== undefined && this.clock === defaultClock) record.retentionRemainingMs = entry.createdAt + retentionMs - now;
     return record;
   }
 }

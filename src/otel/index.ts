@@ -80,11 +80,12 @@ export function telemetryFrom(api: typeof Api, options: OpenTelemetryOptions = {
           span.setAttribute('idem.claim.duration_ms', ms);
         },
         outcome(outcome: IdempotencyOutcome, attributes = {}) {
-          outcomes.add(1, { 'idem.outcome': outcome });
+          outcomes.add(1, attributes.cached ? { 'idem.outcome': outcome, 'idem.cache_hit': true } : { 'idem.outcome': outcome });
           // The first outcome is the request's; a later one (released, fenced, failed) is its end.
           span.setAttribute(executingSince === undefined ? 'idem.outcome' : 'idem.execution.outcome', outcome);
           if (attributes.token !== undefined) span.setAttribute('idem.token', attributes.token);
           if (attributes.waitedMs !== undefined) span.setAttribute('idem.waited_ms', attributes.waitedMs);
+          if (attributes.cached) span.setAttribute('idem.cache_hit', true);
         },
         executing() {
           executingSince = performance.now();

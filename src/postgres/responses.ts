@@ -86,5 +86,6 @@ export async function readRecord(ctx: StoreContext, row: Row, scope: string, key
   if (typeof sealedHeaders !== 'string') throw new ResponseUnreadableError('The stored response is marked encrypted but its headers are not sealed');
   record.response.headers = openHeaders(ctx.cipher, sealedHeaders, record.scope, record.key);
   record.response.body = ctx.cipher.open(body, responseAad(record.scope, record.key, 'body'));
+  record.sealed = true;
   return record;
 }

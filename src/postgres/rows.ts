@@ -51,6 +51,8 @@ export function toRecord(row: Row, scope: string, key: string): KeyRecord {
     leaseRemainingMs: Number(row.lease_remaining_ms ?? 0),
     createdAt: row.created_at instanceof Date ? row.created_at : new Date(String(row.created_at)),
   };
+  // By the database clock (sql/claim.ts), for the replay cache (protocol.md K20).
+  if (row.retention_remaining_ms !== undefined && row.retention_remaining_ms !== null) record.retentionRemainingMs = Number(row.retention_remaining_ms);
   if (state === KeyState.Done) {
     const response: StoredResponse = {
       status: Number(row.response_status),

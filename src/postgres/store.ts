@@ -103,8 +103,14 @@ export class PostgresStore implements IdempotencyStore<Queryable> {
     return maintain(this.ctx);
   }
 
-  claim(input: ClaimInput): Promise<ClaimResult> {
-    return claim(this.ctx, input);
+  async claim(input: ClaimInput): Promise<ClaimResult> {
+    const result = await claim(this.ctx, input);
+    // A new row's created_at is the claim's own now(): its whole retention is left (protocol.md K20).
+    if (result.kind === 'claimed') {
+      result.retentionRemainingMs = input.retentionMs;
+      if (this.ctx.cipher) result.sealed = true;
+    }
+    return result;
   }
 
   takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {

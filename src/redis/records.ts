@@ -78,3 +78,13 @@ export function toSnapshot(value: string | undefined): RequestSnapshot | undefin
     body: typeof v.body === 'string' ? new Uint8Array(Buffer.from(v.body, 'base64')) : null,
   };
 }
+
+/**
+ * The retention left of a hash, by the server clock at `nowMs` (protocol.md K20): until the
+ * earlier of its own expiry (`ca` + `rt`, when the hash goes) and the read's retention.
+ */
+export function retentionLeft(f: Record<string, string>, retentionMs: number, nowMs: number): number {
+  const createdAt = Number(f.ca);
+  const own = f.rt === undefined ? retentionMs : Math.min(retentionMs, Number(f.rt));
+  return createdAt + own - nowMs;
+}

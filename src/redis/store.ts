@@ -22,7 +22,7 @@ import type {
   TakeOverResult,
 } from '../store/types.js';
 import { toRunner, type RedisClientLike, type RedisRunner } from './client.js';
-import { hex, phases, recordOf, toFields, toRecord, toSnapshot } from './records.js';
+import { hex, phases, recordOf, retentionLeft, toFields, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { PhaseLedger } from './pg-phases.js';
 
@@ -164,6 +164,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       if (f.st === KeyState.Done && Number(f.ca) > nowMs - input.retentionMs) {
         const record = recordOf(input.scope, input.key, 0, f);
         if (f.fp !== hex(input.fingerprint)) delete record.response; // a mismatch is never replayed
+        record.retentionRemainingMs = retentionLeft(f, input.retentionMs, nowMs);
         return { kind: 'exists', record };
       }
     }
@@ -197,9 +198,14 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
         });
         if (fenced === 'fenced') throw new Error('idem/redis: the phase ledger holds a newer token than a fresh claim (clock or counter reset?)');
       }
-      return { kind: 'claimed', token, claimId };
+      // The hash's `ca` is this script's server time: its whole retention is left (protocol.md K20).
+      return { kind: 'claimed', token, claimId, retentionRemainingMs: Math.floor(input.retentionMs) };
     }
-    return { kind: 'exists', record: toRecord(input.scope, input.key, Number(reply[1]), reply[2] as unknown[]) };
+    const fields = toFields(reply[2]);
+    const nowMs = Number(reply[1]);
+    const record = recordOf(input.scope, input.key, nowMs, fields);
+    record.retentionRemainingMs = retentionLeft(fields, input.retentionMs, nowMs);
+    return { kind: 'exists', record };
   }
 
   async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {

@@ -46,6 +46,15 @@ export interface KeyRecord {
    */
   response?: StoredResponse;
   createdAt: Date;
+  /**
+   * Optional (the replay cache, protocol.md K20). Milliseconds of retention left when the store
+   * read the record, by the store's own clock (`created_at` + the read's `retentionMs` − now;
+   * ≤ 0 past retention). A store leaves it out when its clock is not real time (e.g. a
+   * `MemoryStore` with an injected `clock`); such a record is never cached.
+   */
+  retentionRemainingMs?: number;
+  /** Optional: true when `response` was stored sealed (encryption at rest, protocol.md K15) and opened by the store. */
+  sealed?: boolean;
 }
 
 /**
@@ -83,7 +92,21 @@ export interface ClaimInput {
 }
 
 /** Outcome of a claim: this worker owns the key, or the key already exists. */
-export type ClaimResult = { kind: 'claimed'; token: number; claimId: string } | { kind: 'exists'; record: KeyRecord };
+export type ClaimResult =
+  | {
+      kind: 'claimed';
+      token: number;
+      claimId: string;
+      /**
+       * Optional (the replay cache, protocol.md K20): the new row's retention left, by the
+       * store's clock, when it was written (the claim's `retentionMs`: `created_at` is the
+       * claim's own `now()`). Left out when the store's clock is not real time.
+       */
+      retentionRemainingMs?: number;
+      /** Optional: true when this store will seal the response it stores for the key (encryption at rest, protocol.md K15). */
+      sealed?: boolean;
+    }
+  | { kind: 'exists'; record: KeyRecord };
 
 /** Outcome of a takeover attempt. */
 export type TakeOverResult =

@@ -7,16 +7,22 @@
 import { after, describe } from 'node:test';
 import type { AdapterHarness } from './adapter-harness.js';
 import { adapterContract, unreachableStoreContract } from './adapter-suite.js';
-import { suiteStores, useStoreBackend } from './stores.js';
+import { type StoreFactory, suiteStores, useStoreBackend } from './stores.js';
 import { realTime, virtualDate } from './wait.js';
 
-export function adapterContractOverStores(title: string, harnesses: AdapterHarness[]): void {
-  for (const factory of suiteStores) {
+/**
+ * @param options.stores the stores to run over @default suiteStores
+ * @param options.replayCache run every app with a replay cache (protocol.md K20)
+ */
+export function adapterContractOverStores(title: string, harnesses: AdapterHarness[], options: { stores?: StoreFactory[]; replayCache?: boolean } = {}): void {
+  for (const factory of options.stores ?? suiteStores) {
     describe(`${title} over ${factory.name}`, () => {
       const conn = useStoreBackend(factory);
       const time = factory.capabilities.virtualTime ? virtualDate : realTime;
       for (const harness of harnesses) {
-        describe(harness.name, () => adapterContract({ harness, backend: conn.backend, cleanup: conn.cleanup, time }));
+        describe(harness.name, () =>
+          adapterContract({ harness, backend: conn.backend, cleanup: conn.cleanup, time, replayCache: options.replayCache === true }),
+        );
       }
     });
   }

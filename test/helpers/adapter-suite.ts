@@ -10,6 +10,7 @@ import { afterEach, beforeEach, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Queryable } from '../../src/postgres/client.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
+import { ReplayCache } from '../../src/engine/replay-cache.js';
 import type { AdapterHarness } from './adapter-harness.js';
 import { assertProblem, requestInit, type Send, unreachableStore } from './http.js';
 import type { StoreHarness } from './stores.js';
@@ -38,15 +39,17 @@ export function adapterContract(env: SuiteEnv): void {
     current: () => current!,
     touch: (tx) => current!.effect('touch')(tx),
     async setup(route, options = {}) {
-      const h = await env.backend().fresh();
-      cleanup(() => h.drop());
+      const fresh = await env.backend().fresh();
+      cleanup(() => fresh.drop());
+      const cache = env.replayCache ? new ReplayCache() : undefined;
+      const h = cache ? clearingOnTimeTravel(fresh, cache) : fresh;
       current = h;
       const errors: unknown[] = [];
       const counter = { H: 0 };
       // The route's tx is the store's own; routes here only hand it to the harness's effects.
       const store = h.store as IdempotencyStore<Queryable>;
       const app = harness.build(
-        { store, onHandlerError: (e) => errors.push(e), ...options },
+        { store, onHandlerError: (e) => errors.push(e), ...(cache ? { replayCache: cache } : {}), ...options },
         (req, ctx) => {
           counter.H++;
           return route(req, ctx);
@@ -63,6 +66,34 @@ export function adapterContract(env: SuiteEnv): void {
   storedSuite(context);
   respondSuite(context);
   problemSuite(context);
+}
+
+/**
+ * The harness with its time-travel backdoors clearing the replay cache: moving a row's
+ * created_at in the database is not time passing for the process, and a cache bounded by the
+ * time left (protocol.md K20) would rightly still serve it.
+ */
+function clearingOnTimeTravel(h: StoreHarness, cache: ReplayCache): StoreHarness {
+  return {
+    ...h,
+    age: async (scope, key, ms) => {
+      await h.age(scope, key, ms);
+      cache.clear();
+    },
+    setLease: async (scope, key, ms) => {
+      await h.setLease(scope, key, ms);
+      cache.clear();
+    },
+    ...(h.sweepKey
+      ? {
+          sweepKey: async (scope: string, key: string) => {
+            const n = await h.sweepKey!(scope, key);
+            cache.clear();
+            return n;
+          },
+        }
+      : {}),
+  };
 }
 
 /**

@@ -222,83 +222,93 @@ interface MemoryInternals {
  * `tx.onRollback`, the memory store's rollback (see MemoryTx): so the contract's "effects
  * rolled back when fenced" holds for it as for a database.
  */
-export const memoryFactory: StoreFactory = {
-  name: 'memory',
-  capabilities: { sweep: 'rows', partitioned: false, sql: false, virtualTime: true },
-  async connect() {
-    return {
-      close: async () => undefined,
-      async fresh() {
-        // Date.now(): node:test mock timers move it (virtualTime).
-        const now = () => Date.now();
-        const store = new MemoryStore({ clock: now });
-        const internals = store as unknown as MemoryInternals;
-        const notes: Array<{ note: string }> = [];
-        const entry = (scope: string, key: string) => [...internals.entries.values()].find((e) => e.scope === scope && e.key === key);
-        const harness: StoreHarness<MemoryTx> = {
-          store,
-          sweep: (options) => store.sweep(options),
-          effect: (note) => async (tx) => {
-            const item = { note };
-            notes.push(item);
-            tx.onRollback(() => void notes.splice(notes.indexOf(item), 1));
-            return { note };
-          },
-          effects: async () => notes.map((n) => n.note),
-          async age(scope, key, ms) {
-            const e = entry(scope, key);
-            if (!e) return;
-            e.createdAt -= ms;
-            if (e.lockedUntil !== null) e.lockedUntil -= ms;
-          },
-          async setLease(scope, key, ms) {
-            const e = entry(scope, key);
-            if (e) e.lockedUntil = now() + ms;
-          },
-          tokenOf: async (scope, key) => entry(scope, key)?.token,
-          snapshot: async (scope, key) => structuredClone(entry(scope, key)),
-          count: async () => store.size,
-          async staleInTx(tx, scope, key) {
-            const e = entry(scope, key);
-            if (!e) return;
-            const held = e.token;
-            e.token = ++internals.lastToken; // as a takeover draws it
-            tx.onRollback(() => void (e.token = held)); // part of the commit, as in a database transaction
-          },
-          dump: async () =>
-            [...internals.entries.values()]
-              .map((e) => JSON.stringify(e, (_k, v: unknown) => (v instanceof Uint8Array ? Buffer.from(v).toString('latin1') : v)))
-              .join('\n'),
-          rows: async () => {
-            const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
-            const key = (r: { scope: string; key: string }) => `${r.scope}\u0000${r.key}`;
-            return [...internals.entries.values()]
-              .sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
-              .map((e) => ({
-                scope: e.scope,
-                key: e.key,
-                state: e.state,
-                recovery_point: e.recoveryPoint,
-                lock_version: String(e.token),
-                fingerprint: hex(e.fingerprint),
-                response_status: e.response?.status ?? null,
-                response_body: e.response ? hex(e.response.body) : null,
-                response_headers: e.response?.headers ?? null,
-                locked: e.lockedUntil !== null && e.lockedUntil > now(),
-              }));
-          },
-          async sweepKey(scope, key) {
-            await harness.age(scope, key, 60 * 60_000);
-            await harness.setLease(scope, key, -1000);
-            return store.sweep({ retentionMs: 60_000 });
-          },
-          drop: async () => undefined,
-        };
-        return harness as StoreHarness;
-      },
-    };
-  },
-};
+export const memoryFactory: StoreFactory = memoryStoreFactory('memory', true);
+
+/**
+ * The memory store on its default clock (real, monotonic time: no virtual time), the one
+ * clock a replay cache can bound its entries by (protocol.md K20); not in {@link storeFactories}.
+ */
+export const memoryRealClockFactory: StoreFactory = memoryStoreFactory('memory (real clock)', false);
+
+function memoryStoreFactory(name: string, virtualTime: boolean): StoreFactory {
+  return {
+    name,
+    capabilities: { sweep: 'rows', partitioned: false, sql: false, virtualTime },
+    async connect() {
+      return {
+        close: async () => undefined,
+        async fresh() {
+          // Date.now(): node:test mock timers move it (virtualTime). Else the store's default clock.
+          const now = virtualTime ? () => Date.now() : () => performance.timeOrigin + performance.now();
+          const store = virtualTime ? new MemoryStore({ clock: now }) : new MemoryStore();
+          const internals = store as unknown as MemoryInternals;
+          const notes: Array<{ note: string }> = [];
+          const entry = (scope: string, key: string) => [...internals.entries.values()].find((e) => e.scope === scope && e.key === key);
+          const harness: StoreHarness<MemoryTx> = {
+            store,
+            sweep: (options) => store.sweep(options),
+            effect: (note) => async (tx) => {
+              const item = { note };
+              notes.push(item);
+              tx.onRollback(() => void notes.splice(notes.indexOf(item), 1));
+              return { note };
+            },
+            effects: async () => notes.map((n) => n.note),
+            async age(scope, key, ms) {
+              const e = entry(scope, key);
+              if (!e) return;
+              e.createdAt -= ms;
+              if (e.lockedUntil !== null) e.lockedUntil -= ms;
+            },
+            async setLease(scope, key, ms) {
+              const e = entry(scope, key);
+              if (e) e.lockedUntil = now() + ms;
+            },
+            tokenOf: async (scope, key) => entry(scope, key)?.token,
+            snapshot: async (scope, key) => structuredClone(entry(scope, key)),
+            count: async () => store.size,
+            async staleInTx(tx, scope, key) {
+              const e = entry(scope, key);
+              if (!e) return;
+              const held = e.token;
+              e.token = ++internals.lastToken; // as a takeover draws it
+              tx.onRollback(() => void (e.token = held)); // part of the commit, as in a database transaction
+            },
+            dump: async () =>
+              [...internals.entries.values()]
+                .map((e) => JSON.stringify(e, (_k, v: unknown) => (v instanceof Uint8Array ? Buffer.from(v).toString('latin1') : v)))
+                .join('\n'),
+            rows: async () => {
+              const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
+              const key = (r: { scope: string; key: string }) => `${r.scope}\u0000${r.key}`;
+              return [...internals.entries.values()]
+                .sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
+                .map((e) => ({
+                  scope: e.scope,
+                  key: e.key,
+                  state: e.state,
+                  recovery_point: e.recoveryPoint,
+                  lock_version: String(e.token),
+                  fingerprint: hex(e.fingerprint),
+                  response_status: e.response?.status ?? null,
+                  response_body: e.response ? hex(e.response.body) : null,
+                  response_headers: e.response?.headers ?? null,
+                  locked: e.lockedUntil !== null && e.lockedUntil > now(),
+                }));
+            },
+            async sweepKey(scope, key) {
+              await harness.age(scope, key, 60 * 60_000);
+              await harness.setLease(scope, key, -1000);
+              return store.sweep({ retentionMs: 60_000 });
+            },
+            drop: async () => undefined,
+          };
+          return harness as StoreHarness;
+        },
+      };
+    },
+  };
+}
 
 const openPglite = async () => {
   const db = new PGlite();

@@ -75,7 +75,7 @@ export const CLAIMED_ROW = `SELECT 'claimed' AS kind, NULL::text AS scope, NULL:
         lock_version::text AS lock_version, claim_id::text AS claim_id, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
         NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::text AS response_body_ref,
         NULL::text AS response_key_id, NULL::timestamptz AS created_at,
-        NULL::boolean AS retention_expired`;
+        NULL::boolean AS retention_expired, NULL::float8 AS retention_remaining_ms`;
 
 /**
  * The column definitions of the key table, shared by the plain table and the partitioned one

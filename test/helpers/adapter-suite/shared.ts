@@ -38,6 +38,11 @@ export interface SuiteEnv {
   cleanup(fn: () => Promise<void>): void;
   /** Real time on a database; the memory store's clock (mocked `Date`) moves without waiting. */
   time: TestTime;
+  /**
+   * Every app gets its own replay cache (protocol.md K20); the store's backdoors that move a
+   * key in time or sweep it (`age`, `setLease`, `sweepKey`) clear it, as only real time would.
+   */
+  replayCache?: boolean;
 }
 
 /** An app on a fresh store, as `setup` returns it. */

@@ -5,6 +5,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { SCOPE, LONG_LEASE_MS, fp, claimInput, claimedToken, claimedId, existing, phase, finishWith, empty, type ContractContext } from './shared.js';
+import { RETENTION_MS } from './shared.js';
 
 /** Registers this part of the store contract. */
 export function claimSuite(c: ContractContext): void {
@@ -14,7 +15,13 @@ export function claimSuite(c: ContractContext): void {
       const before = Date.now();
       const claimed = await store().claim(claimInput('k1'));
       const token = claimedToken(claimed);
-      assert.deepEqual(Object.keys(claimed).sort(), ['claimId', 'kind', 'token']);
+      const optional = ['retentionRemainingMs', 'sealed']; // the replay cache's (protocol.md K20)
+      assert.deepEqual(
+        Object.keys(claimed)
+          .filter((k) => !optional.includes(k))
+          .sort(),
+        ['claimId', 'kind', 'token'],
+      );
       assert.ok(Number.isSafeInteger(token) && token > 0, `a positive integer token, got ${token}`);
       const record = existing(await store().claim(claimInput('k1', { fingerprint: fp(2) })));
       assert.equal(record.scope, SCOPE);
@@ -30,6 +37,24 @@ export function claimSuite(c: ContractContext): void {
       assert.ok(record.createdAt instanceof Date, 'record.createdAt instanceof Date');
       assert.ok(Math.abs(record.createdAt.getTime() - before) < 60_000, 'created_at is now, by the store clock');
       assert.equal(await h().count(), 1);
+    });
+
+    it('reports the retention left by its own clock, when it reports it at all (protocol.md K20)', async () => {
+      const claimed = await store().claim(claimInput('left'));
+      claimedToken(claimed);
+      const ownLeft = claimed.kind === 'claimed' ? claimed.retentionRemainingMs : undefined;
+      if (ownLeft !== undefined) assert.equal(ownLeft, RETENTION_MS, "a new key's whole retention is left");
+      await store().commit(ref('left', claimedToken(claimed)), finishWith(empty(201)));
+      const fresh = existing(await store().claim(claimInput('left')));
+      if (fresh.retentionRemainingMs === undefined) {
+        assert.equal(ownLeft, undefined, 'a store that reports it on a claim reports it on a read');
+        return;
+      }
+      assert.ok(fresh.retentionRemainingMs > RETENTION_MS - 30_000 && fresh.retentionRemainingMs <= RETENTION_MS, `${fresh.retentionRemainingMs}`);
+      const shorter = existing(await store().claim(claimInput('left', { retentionMs: RETENTION_MS / 2 })));
+      assert.ok(shorter.retentionRemainingMs! <= RETENTION_MS / 2, 'judged with the retention of the read');
+      const read = await get('left');
+      assert.ok(read?.retentionRemainingMs === undefined || read.retentionRemainingMs <= RETENTION_MS);
     });
 
     it('keeps keys of different scopes apart', async () => {
