@@ -31,7 +31,8 @@ const steps: Array<[string, (name: string, url: string) => boolean]> = [
   ['  fingerprint (canonical JSON + SHA-256)', (n, u) => n === 'fingerprint' && u.includes('/src/core/fingerprint')],
   ['  scope (credential hash)', (_n, u) => u.includes('/src/http/scope')],
   ['  key parsing', (_n, u) => u.includes('/src/core/key')],
-  ['  engine.begin + store.claim (JS side of the round trip)', (n, u) => n === 'begin' && u.includes('/src/engine/engine')],
+  ['  engine.begin (decision; store.claim or the replay cache)', (n, u) => n === 'begin' && u.includes('/src/engine/engine')],
+  ['  replay cache lookup', (_n, u) => u.includes('/src/engine/replay-cache')],
   ['  replay Response (header filter, new Response)', (n, u) => n === 'replayResponse' && u.includes('/src/http/response')],
   ['pg driver (parse, serialize, socket)', (_n, u) => u.includes('node_modules/pg')],
   ['Hono (router, context)', (_n, u) => /node_modules\/hono\//.test(u)],
@@ -53,13 +54,13 @@ const out: string[] = [
 for (const framework of frameworks) {
   const table = uniqueTable(`prof_${framework}`);
   const results: Record<string, { rate: number; profile: CpuProfile }> = {};
-  for (const kase of ['bare', 'replay', 'replay-memory']) {
+  for (const kase of ['bare', 'replay', 'replay-cached', 'replay-memory']) {
     const profDir = `${dir}/tmp-${framework}-${kase}`;
     await rm(profDir, { recursive: true, force: true });
     const server = await startServer(framework, [databaseUrl, table, redisUrl, table], ['--cpu-prof', `--cpu-prof-dir=${profDir}`]);
     let rate = 0;
     try {
-      const route = kase === 'replay' ? '/idem' : '/idem-memory';
+      const route = kase === 'replay' ? '/idem' : kase === 'replay-cached' ? '/idem-cached' : '/idem-memory';
       const stats =
         kase === 'bare'
           ? await cannon(`${server.url}/bare`, 16, seconds)
@@ -81,20 +82,22 @@ for (const framework of frameworks) {
   const bare = results.bare!;
   const replay = results.replay!;
   const memory = results['replay-memory']!;
+  const cached = results['replay-cached']!;
   out.push(
     `## ${framework}`,
     '',
-    `Under the profiler: bare ${bare.rate.toFixed(0)} req/s; replay behind idem on PostgreSQL ${replay.rate.toFixed(0)} req/s (${(replay.rate / bare.rate).toFixed(2)} × bare); replay behind idem on the in-process MemoryStore (no round trip) ${memory.rate.toFixed(0)} req/s (${(memory.rate / bare.rate).toFixed(2)} × bare).`,
+    `Under the profiler: bare ${bare.rate.toFixed(0)} req/s; replay behind idem on PostgreSQL ${replay.rate.toFixed(0)} req/s (${(replay.rate / bare.rate).toFixed(2)} × bare); replay behind idem on PostgreSQL with replayCache ${cached.rate.toFixed(0)} req/s (${(cached.rate / bare.rate).toFixed(2)} × bare); replay behind idem on the in-process MemoryStore (no round trip) ${memory.rate.toFixed(0)} req/s (${(memory.rate / bare.rate).toFixed(2)} × bare).`,
     '',
   );
   out.push(
     "Inclusive share of the server's busy CPU time per step (a step's callees included):",
     '',
-    '| step | replay (PostgreSQL) | replay (memory) | bare |',
-    '|---|---:|---:|---:|',
+    '| step | replay (PostgreSQL) | replay (replayCache) | replay (MemoryStore) | bare |',
+    '|---|---:|---:|---:|---:|',
   );
   const pct = (p: CpuProfile, match: (name: string, url: string) => boolean) => `${(inclusive(p, match) * 100).toFixed(1)} %`;
-  for (const [label, match] of steps) out.push(`| ${label} | ${pct(replay.profile, match)} | ${pct(memory.profile, match)} | ${pct(bare.profile, match)} |`);
+  for (const [label, match] of steps)
+    out.push(`| ${label} | ${pct(replay.profile, match)} | ${pct(cached.profile, match)} | ${pct(memory.profile, match)} | ${pct(bare.profile, match)} |`);
   for (const [kase, r] of Object.entries(results)) {
     const s = summarize(r.profile);
     out.push('', `Self time by layer, ${kase} (busy ${s.busyMs.toFixed(0)} ms over ${seconds} s):`, '', '| layer | ms | share |', '|---|---:|---:|');
