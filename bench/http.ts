@@ -30,7 +30,17 @@ export async function httpLevel(cfg: BenchConfig, log: (line: string) => void): 
         const cachedKeys = await seedKeys(`${server.url}/idem-cached`, 'c', cfg.seedKeys);
         const c = cfg.httpConnections;
         const s = cfg.httpS;
-        if (cfg.warmupMs > 0) await cannon(`${server.url}/idem`, c, cfg.warmupMs / 1000, () => randomUUID()); // warm up
+        // Warm up every route (JIT, connections) so that no case pays the fresh process's warm-up alone.
+        const warm = Math.max(0.3, cfg.warmupMs / 1000);
+        await cannon(`${server.url}/bare`, c, warm);
+        for (const [route, keys] of [
+          ['/idem', replayKeys],
+          ['/idem-cached', cachedKeys],
+          ['/idem-memory', memoryKeys],
+        ] as const) {
+          await cannon(`${server.url}${route}`, c, warm, () => randomUUID());
+          await cannon(`${server.url}${route}`, c, warm, cycle(keys));
+        }
         log(`  ${framework}`);
         const r = await interleave(
           {

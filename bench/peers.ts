@@ -45,6 +45,10 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
   try {
     const c = cfg.httpConnections;
     const s = cfg.httpS;
+    // Warm the whole server (JIT, connections) before the first row, so the rows measured
+    // first (idem's) do not pay the fresh process's warm-up alone.
+    for (const [path] of PEERS)
+      await cannon(server.url + path, c, Math.max(0.3, cfg.warmupMs / 4000), () => `${prefix}-${randomUUID()}`).catch(() => undefined);
     for (const [path, label] of PEERS) {
       const row: (typeof rows)[number] = { path, label, runs: [], statuses: new Set() };
       rows.push(row);

@@ -100,9 +100,10 @@ for (const engine of engines) {
         assert.equal(b.kind, 'exists');
         const ra = (a as { record: KeyRecord }).record;
         const rb = (b as { record: KeyRecord }).record;
-        // The lease left shrinks between the two reads; every other field is the same.
+        // The lease and retention left shrink between the two reads; every other field is the same.
         assert.ok(Math.abs(ra.leaseRemainingMs - rb.leaseRemainingMs) < 30_000);
-        assert.deepEqual({ ...ra, leaseRemainingMs: 0 }, { ...rb, leaseRemainingMs: 0 });
+        assert.equal(ra.retentionRemainingMs === undefined, rb.retentionRemainingMs === undefined);
+        assert.deepEqual({ ...ra, leaseRemainingMs: 0, retentionRemainingMs: 0 }, { ...rb, leaseRemainingMs: 0, retentionRemainingMs: 0 });
       }
       assert.equal((viaRead[2] as { record: { state: string } }).record.state, 'started');
     });
