@@ -1,9 +1,12 @@
 /**
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
- * `--only=library,pglite,postgresjs,http,peers,growth,memory,cache` runs a subset (the report then holds only
- * those sections; `--only=citus` the Citus section, with CITUS_URL: bench/citus.ts). Not a test:
- * CI never runs it and nothing gates on speed.
+ * `--only=library,pglite,postgresjs,http,peers,growth,memory,group-commit,dbos,cache,citus` runs a subset and MERGES it into the existing report: the sections it
+ * ran replace theirs, the others are kept as they were measured (each section says when, in
+ * which mode and under which load it ran). The sections of a report are kept beside it in
+ * `benchmarks.json`, from which the merged report is written. Quick runs (and runs with a
+ * failed section) write bench/out/, full runs docs/. Not a test: CI never runs it and nothing
+ * gates on speed.
  *
  * Needs PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) and Redis
  * (REDIS_URL, default redis://127.0.0.1:6379; the peers section is skipped with a note when
@@ -16,7 +19,8 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { lineChart } from './lib/chart.js';
 import { type BenchConfig, config } from './lib/config.js';
-import type { Section } from './lib/fixtures.js';
+import type { Section, TargetValue } from './lib/fixtures.js';
+import { targetTable } from './lib/targets.js';
 
 const cfg = config(process.argv.slice(2));
 const only = process.argv
@@ -64,7 +68,20 @@ async function machine(): Promise<string> {
   ].join('\n');
 }
 
-const sections: Section[] = [];
+/** A section as kept in benchmarks.json: what it measured, and when and how. */
+interface RanSection {
+  name: string;
+  section: Section;
+  ranAt: string;
+  mode: 'quick' | 'full';
+  loadAverage: string;
+}
+const loadAverage = () =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' / ');
+const sections: RanSection[] = [];
 /** Sections that threw: the run then exits 1 and leaves the published report alone. */
 const failed: string[] = [];
 const want = (name: string) => !only || only.includes(name);
@@ -74,12 +91,17 @@ log(`idem benchmark suite (${cfg.quick ? 'quick' : 'full'})`);
 async function section(name: string, load: () => Promise<(cfg: BenchConfig, log: (l: string) => void) => Promise<Section>>) {
   if (!want(name)) return;
   log(`${name} …`);
+  const ranAt = new Date().toISOString().slice(0, 16).replace('T', ' ');
+  const at = { name, ranAt, mode: cfg.quick ? ('quick' as const) : ('full' as const), loadAverage: loadAverage() };
   try {
-    sections.push(await (await load())(cfg, log));
+    sections.push({ ...at, section: await (await load())(cfg, log) });
   } catch (error) {
     failed.push(name);
     log(`${name} failed: ${(error as Error).stack ?? error}`);
-    sections.push({ title: `${name}: failed`, markdown: `This section failed in this run: \`${String((error as Error).message ?? error).split('\n')[0]}\`` });
+    sections.push({
+      ...at,
+      section: { title: `${name}: failed`, markdown: `This section failed in this run: \`${String((error as Error).message ?? error).split('\n')[0]}\`` },
+    });
   }
 }
 
@@ -95,24 +117,42 @@ await section('dbos', async () => (await import('./dbos.js')).dbos);
 await section('cache', async () => (await import('./replay-cache.js')).replayCache);
 // Citus: in a full run when CITUS_URL names a coordinator; with --only=citus a note says why it was skipped.
 if (only?.includes('citus') || (!only && process.env.CITUS_URL)) await section('citus', async () => (await import('./citus.js')).citus);
+const ORDER = ['library', 'pglite', 'postgresjs', 'http', 'peers', 'growth', 'memory', 'group-commit', 'dbos', 'cache', 'citus'];
 
-const chartSeries = Object.assign({}, ...sections.map((s) => s.chart ?? {})) as Record<string, Array<[number, number]>>;
 // Only a complete full run replaces the published report (docs/); a quick or failed run
 // writes next to the suite, in bench/out/ (not committed).
 const outDir = cfg.quick || failed.length > 0 ? 'bench/out' : 'docs';
 await mkdir(outDir, { recursive: true });
 const reportFile = `${outDir}/benchmarks.md`;
 const chartFile = `${outDir}/benchmarks-throughput.svg`;
+const dataFile = `${outDir}/benchmarks.json`;
+// --only: merge into the sections kept from earlier runs (those not run now are kept).
+let all = sections;
+if (only) {
+  const kept = JSON.parse(await readFile(dataFile, 'utf8').catch(() => '[]')) as RanSection[];
+  const ran = new Set(sections.map((s) => s.name));
+  all = [...kept.filter((s) => !ran.has(s.name)), ...sections];
+  all.sort((a, b) => ORDER.indexOf(a.name) - ORDER.indexOf(b.name));
+}
+await writeFile(dataFile, `${JSON.stringify(all, null, 1)}\n`);
+const chartSeries = Object.assign({}, ...all.map((s) => s.section.chart ?? {})) as Record<string, Array<[number, number]>>;
 if (Object.keys(chartSeries).length > 0) {
   await writeFile(chartFile, lineChart('Throughput vs concurrency (same run)', chartSeries));
 }
-const headline = Object.assign({}, ...sections.map((s) => s.headline ?? {})) as Record<string, string>;
+const headline = Object.assign({}, ...all.map((s) => s.section.headline ?? {})) as Record<string, string>;
+const measured = Object.assign({}, ...all.map((s) => s.section.targets ?? {})) as Record<string, TargetValue>;
 const elapsedS = ((performance.now() - started) / 1000).toFixed(0);
+const merged = only && all.length > sections.length;
 // Maintained prose (what the figures mean, why a ratio falls short): bench/notes.md.
 const notes = await readFile('bench/notes.md', 'utf8').catch(() => '');
+const provenance = (s: RanSection) => `_Measured ${s.ranAt} UTC, ${s.mode} mode, load average ${s.loadAverage} at the section's start._\n\n`;
 const report = `# Benchmarks
 
-Generated by \`npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC in ${elapsedS} s.
+Generated by \`npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC in ${elapsedS} s.${
+  merged
+    ? ` This run measured ${sections.map((s) => `\`${s.name}\``).join(', ')} and merged them into the report; every section says when it was measured.`
+    : ''
+}
 ${cfg.quick ? '\n> **Quick mode**: short rounds and small sizes (growth up to ' + cfg.growthRows.at(-1)!.toLocaleString('en-US') + ' rows, memory over ' + cfg.memoryKeys.toLocaleString('en-US') + ' keys). For development only; run `npm run bench` for the figures to publish.\n' : ''}
 Every figure here is a **ratio of two sides measured in the same run on the same machine**, in
 alternating rounds (A B, B A, …) so the drift of a shared machine hits both sides alike.
@@ -129,8 +169,17 @@ ${machineText}
 # PostgreSQL and Redis up (redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no)
 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379 npm run bench
 npm run bench -- --quick                 # under a minute; writes bench/out/, not docs/
-npm run bench -- --only=library,peers    # a subset
+npm run bench -- --only=library,peers    # a subset, merged into the existing report
+npm run bench -- --quick --only=library --concurrencies=1,16,64
+node --import tsx bench/profile-http.ts  # CPU profiles of an HTTP replay (bench/out/profile/)
 \`\`\`
+
+## Targets (issue 18)
+
+Each ratio is the two sides measured side by side in one section's run (the sections may come
+from different runs when merged with \`--only\`: see each section's date).
+
+${targetTable(measured, new Set(all.map((s) => s.name)))}
 
 ## Summary
 
@@ -141,7 +190,7 @@ ${Object.entries(headline)
   .join('\n')}
 
 ${Object.keys(chartSeries).length > 0 ? `![Throughput vs concurrency](benchmarks-throughput.svg)\n\nDashed lines: raw statements and pgbench (the limit); solid lines: idem.\n` : ''}
-${sections.map((s) => `## ${s.title}\n\n${s.markdown}\n`).join('\n')}${notes ? `\n${notes}` : ''}`;
+${all.map((s) => `## ${s.section.title}\n\n${provenance(s)}${s.section.markdown}\n`).join('\n')}${notes ? `\n${notes}` : ''}`;
 await writeFile(reportFile, report);
 log(`wrote ${reportFile}${Object.keys(chartSeries).length > 0 ? ` and ${chartFile}` : ''}`);
 if (failed.length > 0) log(`failed sections: ${failed.join(', ')} (exit 1; docs/benchmarks.md left as it was)`);

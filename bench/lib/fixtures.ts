@@ -24,6 +24,18 @@ export interface Section {
   chart?: Record<string, Array<[number, number]>>;
   /** Headline ratios, for the summary at the top. */
   headline?: Record<string, string>;
+  /** Measured values of the report's targets (bench/lib/targets.ts), by target id. */
+  targets?: Record<string, TargetValue>;
+}
+
+/** One measured target: the ratio, and what the report prints beside it. */
+export interface TargetValue {
+  /** The measured ratio (higher is better). */
+  value: number;
+  /** The two sides or extra figures (ops/s, p99), printed beside the ratio. */
+  detail?: string;
+  /** Why it falls short, when it does (from the profile; bench/notes.md has the long form). */
+  whyMissed?: string;
 }
 
 /** Creates an idem table (the real migration) and returns its store. */

@@ -12,9 +12,9 @@ export interface Server {
   stop(): Promise<void>;
 }
 
-/** Starts `bench/lib/server.ts <kind> …` and waits for its URL. */
-export async function startServer(kind: string, args: string[]): Promise<Server> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'bench/lib/server.ts', kind, ...args], {
+/** Starts `bench/lib/server.ts <kind> …` and waits for its URL; `nodeArgs` go to node (e.g. `--cpu-prof`). */
+export async function startServer(kind: string, args: string[], nodeArgs: string[] = []): Promise<Server> {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'bench/lib/server.ts', kind, ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
     env: { ...process.env, NODE_ENV: 'production' },
   });

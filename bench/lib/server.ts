@@ -16,12 +16,20 @@ import { Hono } from 'hono';
 import pg from 'pg';
 import { idempotency as expressIdem } from '../../src/express/index.js';
 import { idempotency as honoIdem } from '../../src/hono/index.js';
+import { MemoryStore } from '../../src/memory/index.js';
 import { PostgresStore } from '../../src/postgres/index.js';
 
 const [kind, databaseUrl, table, redisUrl, prefix] = process.argv.slice(2) as [string, string, string, string, string];
 const pool = new pg.Pool({ connectionString: databaseUrl, max: 32 });
 const store = new PostgresStore({ client: pool, table });
 await store.migrate();
+
+// `/idem-memory`: idem on the in-process store, no database round trip: the cost of idem's own
+// HTTP path (key, scope, fingerprint, engine, replayed Response), the floor a finished-key
+// cache in front of the database can reach.
+const memoryStore = new MemoryStore();
+// `/idem-cached`: the PostgreSQL store with the in-process replay cache on (protocol.md K20).
+const REPLAY_CACHE = { maxBytes: 64 * 1024 * 1024 };
 
 const runs = new Map<string, number>();
 function noop(key: string | undefined): { ok: true } {
@@ -40,6 +48,8 @@ function honoApp(): Hono {
   app.get('/__runs', (c) => c.json({ runs: runs.get(c.req.query('key') ?? '') ?? 0 }));
   app.post('/bare', (c) => c.json(noop(c.req.header('idempotency-key')), 201));
   app.post('/idem', honoIdem({ store }), (c) => c.json(noop(c.req.header('idempotency-key')), 201));
+  app.post('/idem-memory', honoIdem({ store: memoryStore }), (c) => c.json(noop(c.req.header('idempotency-key')), 201));
+  app.post('/idem-cached', honoIdem({ store, replayCache: REPLAY_CACHE }), (c) => c.json(noop(c.req.header('idempotency-key')), 201));
   return app;
 }
 
@@ -53,6 +63,14 @@ async function expressApp(withPeers: boolean): Promise<express.Express> {
   });
   const idem = expressIdem({ store });
   app.post('/idem', express.json(), idem, (req, res) => {
+    res.status(201).json(noop(keyOf(req.headers)));
+  });
+  const idemCached = expressIdem({ store, replayCache: REPLAY_CACHE });
+  app.post('/idem-cached', express.json(), idemCached, (req, res) => {
+    res.status(201).json(noop(keyOf(req.headers)));
+  });
+  const idemMemory = expressIdem({ store: memoryStore });
+  app.post('/idem-memory', express.json(), idemMemory, (req, res) => {
     res.status(201).json(noop(keyOf(req.headers)));
   });
   app.use(idem.onError);

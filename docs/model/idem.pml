@@ -289,8 +289,9 @@ proctype Worker(byte me; bit fp) {
   byte s_tok;
 
 begin:
-  /* PostgresStore.claim: sql `readFinished`, then sql `claim` (protocol.md Q1: INSERT ... WHERE
-   * NOT EXISTS ... ON CONFLICT DO NOTHING, else the existing row, protocol.md Q2), or after a
+  /* PostgresStore.claim: sql `readDone` (while replays dominate; an optimisation only), then
+   * sql `claim` (protocol.md Q1: INSERT ... WHERE NOT EXISTS ... ON CONFLICT DO NOTHING, else
+   * the existing row, protocol.md Q2), or after a
    * lost insert race sql `readForUpdate`: one atomic insert-or-read. The decision on the row
    * read (src/core/decide.ts decide, pure) is taken in the same step. */
   atomic {

@@ -19,7 +19,8 @@ import { DEFAULT_KEY_HEADER } from '../core/constants.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
 import { holdWrites, toHeaders } from '../http/node-response.js';
-import { bodyResponse } from '../http/response.js';
+import { bodyResponse, isNullBodyStatus, replayHeaders } from '../http/response.js';
+import type { StoredResponse } from '../store/types.js';
 
 /** The slice of an Express request used here. */
 interface ReqLike extends IncomingMessage {
@@ -73,7 +74,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
         keyHeaderLines: (req.headersDistinct as Record<string, string[] | undefined> | undefined)?.[keyHeader],
       });
       if (prepared.kind === 'pass') return next();
-      if (prepared.kind === 'respond') return void (await send(res, prepared.response));
+      if (prepared.kind === 'respond') return void (prepared.replayed ? sendReplay(res, prepared.replayed) : await send(res, prepared.response));
       (req as unknown as Record<symbol, unknown>)[PREPARED] = prepared;
       res.locals.idem = prepared.context;
       (req as unknown as { idem: IdempotencyContext<Tx> }).idem = prepared.context;
@@ -173,6 +174,16 @@ function flushed(res: ResLike): Promise<void> {
     res.once('finish', resolve);
     res.once('close', resolve);
   });
+}
+
+/** Writes a replayed response out through Node's response, as `send(res, replayResponse(stored))` would, without building the web Response. */
+function sendReplay(res: ResLike, stored: StoredResponse): void {
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  res.statusCode = stored.status;
+  for (const [name, value] of Object.entries(replayHeaders(stored))) res.setHeader(name, value);
+  if (isNullBodyStatus(stored.status)) return void res.end();
+  res.setHeader('content-length', stored.body.length);
+  res.end(Buffer.from(stored.body.buffer, stored.body.byteOffset, stored.body.byteLength));
 }
 
 /** Writes a web Response out through Node's response, replacing any headers set so far. */

@@ -18,8 +18,12 @@ export type { HttpRequestInput, IdempotencyOptions } from './options.js';
 export type Prepared<Tx = unknown> =
   /** Not protected (method, or no key and not required): run the handler as usual. */
   | { kind: 'pass' }
-  /** Answer without running the handler: a replay or one of idem's problems. */
-  | { kind: 'respond'; response: Response }
+  /**
+   * Answer without running the handler: a replay or one of idem's problems. For a replay,
+   * `replayed` is the stored response (adapters on Node's response write it directly, see
+   * `replayHeaders`); `response` is then built when first read.
+   */
+  | { kind: 'respond'; response: Response; replayed?: StoredResponse }
   /** Run the handler with `context`, then send what `complete` (or, on a throw, `fail`) returns. */
   | {
       kind: 'execute';
@@ -151,8 +155,18 @@ export class HttpIdempotency<Tx = unknown> {
       throw error;
     }
     switch (begun.kind) {
-      case 'replay':
-        return { kind: 'respond', response: replayResponse(begun.response) };
+      case 'replay': {
+        const stored = begun.response;
+        let response: Response | undefined;
+        return {
+          kind: 'respond',
+          replayed: stored,
+          get response() {
+            response ??= replayResponse(stored);
+            return response;
+          },
+        };
+      }
       case 'mismatch':
         return this.problem(
           ProblemKind.KeyReused,

@@ -90,10 +90,33 @@ function concat(chunks: Uint8Array[], size: number): Uint8Array {
 /** Reads a response once into its stored form and a copy to send. */
 export type ResponseCapture = (response: Response) => Promise<{ stored: StoredResponse; response: Response }>;
 
-/** A stored response as sent to a retry: same status, same bytes, stored headers and `Idempotent-Replayed: true`. */
+/**
+ * The headers of a replayed response: the stored ones and `Idempotent-Replayed: true`, as a
+ * plain record with lower-case names. A repeated name is joined with ", ", which is what
+ * Headers.append gives (Set-Cookie, the one header that cannot be joined, is never stored).
+ */
+export function replayHeaders(stored: StoredResponse): Record<string, string> {
+  // No prototype: a stored name such as `__proto__` or `constructor` is an ordinary key.
+  const headers = Object.create(null) as Record<string, string>;
+  for (const [name, value] of stored.headers) {
+    const key = name.toLowerCase();
+    headers[key] = Object.hasOwn(headers, key) ? `${headers[key]}, ${value}` : value;
+  }
+  headers[REPLAYED_HEADER.toLowerCase()] = 'true';
+  return headers;
+}
+
+/** True when a response with this status carries no body (RFC 9110). */
+export function isNullBodyStatus(status: number): boolean {
+  return NULL_BODY.has(status);
+}
+
+/**
+ * A stored response as sent to a retry: same status, same bytes, stored headers and
+ * `Idempotent-Replayed: true`. The headers are a plain record, not a Headers object: servers
+ * that bridge web Responses to Node's (@hono/node-server) write a record directly, where a
+ * Headers object is validated and copied again.
+ */
 export function replayResponse(stored: StoredResponse): Response {
-  const headers = new Headers();
-  for (const [name, value] of stored.headers) headers.append(name, value);
-  headers.set(REPLAYED_HEADER, 'true');
-  return bodyResponse(stored.status, stored.body, { headers });
+  return bodyResponse(stored.status, stored.body, { headers: replayHeaders(stored) });
 }

@@ -11,18 +11,53 @@ function claimed(row: Row): ClaimResult {
   return { kind: 'claimed', token: Number(row.lock_version), claimId: String(row.claim_id) };
 }
 
+/**
+ * How the plain-table claim starts, learned per store from its own recent claims. Read first
+ * (`readDone`, one primary-key read, then `claim` only when that finds no finished key) costs a
+ * replay one cheap read and a new key two round trips; claim first (`claim` alone, which reads
+ * the row itself) costs a new key one statement, exactly the raw claim, and a replay the
+ * claim statement, which on a finished key did about 0.55-0.7 of a bare read (its INSERT is
+ * set up on every run, insert or not; bench/notes.md). So the store reads first while at
+ * least half of its recent claims were replays, and claims first otherwise (new keys, the
+ * common case, and a fresh store). Both paths decide the same way (protocol.md K3): only the
+ * number of statements differs.
+ *
+ * `replayShare` is an exponentially weighted share of replays among the last claims
+ * (weight 1/16: a switch of workload is followed within about a dozen claims).
+ */
+const replayShare = new WeakMap<StoreContext, number>();
+const REPLAY_WEIGHT = 1 / 16;
+function observe(ctx: StoreContext, replay: boolean): void {
+  const share = replayShare.get(ctx) ?? 0;
+  replayShare.set(ctx, share + ((replay ? 1 : 0) - share) * REPLAY_WEIGHT);
+}
+
 /** See `IdempotencyStore.claim`. */
 export async function claim(ctx: StoreContext, input: ClaimInput): Promise<ClaimResult> {
   const { db, sql } = ctx;
   // Replay fast path: a finished key within retention is answered by one plain read. A
   // finished row only ever changes by being deleted or replaced past retention, so the
-  // answer cannot be stale in a way that matters; every other case claims below.
-  // Group commit: the batched claim reads first itself, so a replay needs no read of its own (protocol.md K19).
-  const done = ctx.group ? undefined : (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
-  if (done && done.state === KeyState.Done && done.retention_expired !== true) {
-    return { kind: 'exists', record: await readRecord(ctx, done, input.scope, input.key, input.fingerprint) };
+  // answer cannot be stale in a way that matters; every other case claims below. Taken always
+  // in partitioned mode (there it saves a transaction), on a plain table while replays are
+  // frequent (see `replayShare`), never with group commit: the batched claim reads first
+  // itself (protocol.md K19).
+  const readFirst = !ctx.group && (ctx.psql !== undefined || (replayShare.get(ctx) ?? 0) >= 0.5);
+  if (readFirst) {
+    const done = (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
+    if (done && done.state === KeyState.Done && done.retention_expired !== true) {
+      if (!ctx.psql) observe(ctx, true);
+      return { kind: 'exists', record: await readRecord(ctx, done, input.scope, input.key, input.fingerprint) };
+    }
   }
   if (ctx.psql) return claimPartitioned(ctx, ctx.psql, input);
+  const result = await claimPlain(ctx, input);
+  if (!ctx.group) observe(ctx, result.kind === 'exists' && result.record.state === KeyState.Done);
+  return result;
+}
+
+/** The claim on a plain table (protocol.md Q1, Q2), after the replay fast path if it was taken. */
+async function claimPlain(ctx: StoreContext, input: ClaimInput): Promise<ClaimResult> {
+  const { db, sql } = ctx;
   const params = [input.scope, input.key, input.fingerprint, input.leaseMs, input.retentionMs];
   // Bounded: each turn either claims, finds a live row, or loses a race to a writer that
   // made progress (a replacement or a deletion), which cannot repeat without bound.
