@@ -13,9 +13,10 @@ import { drizzle as onPostgresJs } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
 import { drizzle } from '../src/drizzle/index.js';
+import { postgresjs } from '../src/postgresjs/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { tableName } from './helpers/engines.js';
-import { claimedToken, claimInput, empty, finishWith, SCOPE } from './helpers/store-contract/shared.js';
+import { claimedToken, claimInput, empty, finishWith, LONG_LEASE_MS, SCOPE } from './helpers/store-contract/shared.js';
 
 interface Opened {
   name: string;
@@ -83,5 +84,35 @@ describe('idem/drizzle refuses', () => {
   test('what is not a Drizzle database, and a node-postgres one on a single pg.Client', () => {
     assert.throws(() => drizzle({} as never), TypeError);
     assert.throws(() => drizzle(onNodePostgres(new pg.Client())), /single pg.Client cannot run concurrent transactions/);
+  });
+});
+
+describe('idem/postgresjs and Drizzle on one postgres.js client', { skip: process.env.DATABASE_URL ? false : 'needs DATABASE_URL (real PostgreSQL)' }, () => {
+  test('a store made on the client before Drizzle was made on it still records phases (JSON parameters asked per statement)', async () => {
+    const sql = postgres(process.env.DATABASE_URL ?? '', { max: 2, onnotice: () => undefined });
+    const table = tableName('idem_pgjs_then_drizzle');
+    const store = new PostgresStore({ client: postgresjs(sql), table });
+    onPostgresJs(sql); // Drizzle's driver changes the client's json serializers
+    try {
+      await store.migrate();
+      const token = claimedToken(await store.claim(claimInput('k')));
+      const ref = { scope: SCOPE, key: 'k', token };
+      assert.equal(
+        (
+          await store.commit(
+            ref,
+            () => ({ kind: 'phase', phase: 'p', result: { n: 1 }, leaseMs: LONG_LEASE_MS }),
+            async () => 'x',
+          )
+        ).kind,
+        'ok',
+      );
+      const record = await store.get(SCOPE, 'k', 60_000);
+      assert.deepEqual(record?.phaseResults, { p: { n: 1 } });
+    } finally {
+      await sql.unsafe(`DROP TABLE IF EXISTS "${table}" CASCADE`);
+      await sql.unsafe(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
+      await sql.end({ timeout: 1 });
+    }
   });
 });

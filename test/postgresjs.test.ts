@@ -106,6 +106,41 @@ describe('idem/postgresjs on PostgreSQL', { skip: process.env.DATABASE_URL ? fal
     }
   });
 
+  test('an exhausted client: a phase commit fails with StoreTimeoutError at the deadline while it waits for a connection, and the phase never runs', {
+    timeout: 30_000,
+  }, async () => {
+    const table = await migrated();
+    const one = postgres(process.env.DATABASE_URL ?? '', { ...quiet, max: 1 });
+    const store = new PostgresStore({ client: postgresjs(one), table, storeTimeoutMs: 800 });
+    try {
+      const claimed = await store.claim(claimInput('exhausted'));
+      assert.equal(claimed.kind, 'claimed');
+      const ref = { scope: 's', key: 'exhausted', token: claimed.kind === 'claimed' ? claimed.token : 0 };
+      const held = await one.reserve(); // the client's only connection, held elsewhere
+      let ran = false;
+      const started = performance.now();
+      await assert.rejects(
+        store.commit(
+          ref,
+          () => ({ kind: 'phase', phase: 'p', result: null, leaseMs: 10_000 }),
+          async () => {
+            ran = true;
+          },
+        ),
+        StoreTimeoutError,
+      );
+      assert.ok(performance.now() - started < 800 + 1_500, `commit answered in ${Math.round(performance.now() - started)} ms`);
+      held.release();
+      // The transaction queued before this statement opens late and must run none of the phase.
+      await one`SELECT 1`;
+      assert.equal(ran, false, 'a transaction opened after the deadline runs none of the phase');
+      const row = await sql.unsafe(`SELECT recovery_point FROM "${table}" WHERE scope = 's' AND key = 'exhausted'`);
+      assert.equal(row[0]?.recovery_point, 'start');
+    } finally {
+      await one.end({ timeout: 0.5 });
+    }
+  });
+
   test('a silent database: a claim and a phase commit each fail with StoreTimeoutError at the deadline', { timeout: 30_000 }, async () => {
     const table = await migrated();
     const url = new URL(target);

@@ -336,7 +336,7 @@ describe('the replay cache on real PostgreSQL', { skip: process.env.DATABASE_URL
     assert.ok((await retryUntilClaimed(engine, name, 'short', 60_000)) > 0, 'the entry was served while retention was left');
   });
 
-  it('a wall-clock step back by 1 h does not extend an entry (the deadline is on the monotonic clock)', async (t) => {
+  it('a wall-clock step back by 1 h does not extend an entry (the monotonic deadline), a jump forward past its lifetime ends it (the wall-clock deadline: a suspended host)', async (t) => {
     t.after(() => stepWallClock(0));
     const { engine, cache, name } = await shortEntry('step', 60_000);
     stepWallClock(-3_600_000);
@@ -344,8 +344,14 @@ describe('the replay cache on real PostgreSQL', { skip: process.env.DATABASE_URL
     stepWallClock(3_600_000);
     await finishOnce(engine, 's', 'step-forward');
     const forward = await engine.begin({ scope: 's', key: 'step-forward', fingerprint: FP1 });
-    assert.equal(forward.kind === 'replay' && forward.cached, true, 'a step forward does not end an entry early either');
+    assert.equal(forward.kind === 'replay' && forward.cached, true, 'a step forward before the entry was kept changes nothing');
     assert.equal(cache.stats().entries, 1);
+    // Kept, then the wall clock passes the entry's lifetime while the monotonic clock barely
+    // moves, as after a suspend of the host: the entry ends, and the store is asked again.
+    stepWallClock(3_600_000 + 120_000);
+    const suspended = await engine.begin({ scope: 's', key: 'step-forward', fingerprint: FP1 });
+    assert.equal(suspended.kind, 'replay');
+    assert.equal(suspended.kind === 'replay' && suspended.cached === true, false, 'past its wall-clock deadline the entry is not served');
   });
 
   it('its own finish is bounded by the claim: a short retention ends the entry before the row can be replaced', async () => {

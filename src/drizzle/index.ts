@@ -155,6 +155,15 @@ function connectionOf(client: unknown): Connection {
       name: 'drizzle (node-postgres)',
       query: (text, params) => pg.query(text, params),
       inTransaction(tx) {
+        // Drizzle holds one connection for a transaction only when it sees a pool (an
+        // `instanceof Pool`, or a class named like one); on anything else it would run BEGIN,
+        // the effects and COMMIT as separate pool queries, and idem's fenced write would land
+        // outside the effects' transaction. Refuse that rather than commit unfenced.
+        if (tx === client || typeof (tx as { release?: unknown }).release !== 'function') {
+          throw new InvalidOptionError(
+            'idem/drizzle: Drizzle did not check a connection out of the pool for this transaction; make the Drizzle database on a pg.Pool itself',
+          );
+        }
         // A connection that breaks between two statements emits 'error'; unheard, that would
         // crash the process (Drizzle does not listen): the next statement fails instead.
         const conn = tx as Queryable & ErrorEvents;

@@ -3,7 +3,8 @@
  * finished key is answered with no store round trip. Bounded in bytes, least recently used
  * first out; every entry carries a deadline on the monotonic clock, derived from the
  * retention the store reported by its own clock, so no entry outlives its row's retention
- * whatever the process's wall clock does.
+ * whatever the process's wall clock does; and a deadline on the wall clock as well, so a
+ * suspended host (whose monotonic clock stands still) cannot extend an entry either.
  */
 import { KeyState } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
@@ -66,6 +67,12 @@ interface Entry {
   record: KeyRecord;
   /** `performance.now()` at or after which the entry is never served. */
   deadline: number;
+  /**
+   * `Date.now()` at or after which the entry is never served either: the monotonic clock
+   * stands still while the host or VM is suspended, the wall clock does not. Served only while
+   * both hold, so a wall-clock step back cannot extend an entry and a suspend cannot either.
+   */
+  wallDeadline: number;
   bytes: number;
 }
 
@@ -96,7 +103,7 @@ export class ReplayCache {
   private evictions = 0;
   private owner: { store: object; retentionMs: number } | undefined;
 
-  /** @throws {InvalidOptionError} for a negative or non-integer `maxBytes` or `marginMs` */
+  /** @throws {InvalidOptionError} for a `maxBytes` that is not a whole number >= 0, or a negative `marginMs` */
   constructor(options: ReplayCacheOptions = {}) {
     this.maxBytes = options.maxBytes ?? DEFAULT_REPLAY_CACHE_BYTES;
     if (!(Number.isSafeInteger(this.maxBytes) && this.maxBytes >= 0)) {
@@ -131,7 +138,7 @@ export class ReplayCache {
       return undefined;
     }
     this.entries.delete(id);
-    if (performance.now() >= entry.deadline) {
+    if (performance.now() >= entry.deadline || Date.now() >= entry.wallDeadline) {
       this.held -= entry.bytes;
       this.misses++;
       return undefined;
@@ -220,7 +227,9 @@ export class ReplayCache {
   private keep(record: KeyRecord, remainingMs: number, startedAt: number): void {
     if (!(Number.isFinite(remainingMs) && Number.isFinite(startedAt))) return;
     const deadline = startedAt + remainingMs - this.marginMs - remainingMs * DRIFT;
-    if (deadline <= performance.now()) return;
+    const now = performance.now();
+    if (deadline <= now) return;
+    const wallDeadline = Date.now() + (deadline - now);
     const id = idOf(record.scope, record.key);
     const bytes = sizeOf(id, record);
     if (bytes > this.maxBytes) return;
@@ -232,7 +241,7 @@ export class ReplayCache {
     const response = record.response!;
     Object.freeze(response.headers);
     Object.freeze(response);
-    this.entries.set(id, { record: Object.freeze(record), deadline, bytes });
+    this.entries.set(id, { record: Object.freeze(record), deadline, wallDeadline, bytes });
     this.held += bytes;
     for (const [oldest, entry] of this.entries) {
       if (this.held <= this.maxBytes) break;

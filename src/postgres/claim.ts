@@ -38,10 +38,11 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
   // Replay fast path: a finished key within retention is answered by one plain read. A
   // finished row only ever changes by being deleted or replaced past retention, so the
   // answer cannot be stale in a way that matters; every other case claims below. Taken always
-  // in partitioned mode (there it saves a transaction), on a plain table while replays are
-  // frequent (see `replayShare`), never with group commit: the batched claim reads first
-  // itself (protocol.md K19).
-  const readFirst = !ctx.group && (ctx.psql !== undefined || (replayShare.get(ctx) ?? 0) >= 0.5);
+  // in partitioned mode (there it saves a transaction) and in Citus mode (its insert-first
+  // claim would draw a token and lock the finished row on every replay), on a plain table
+  // while replays are frequent (see `replayShare`), never with group commit: the batched claim
+  // reads first itself (protocol.md K19).
+  const readFirst = !ctx.group && (ctx.psql !== undefined || ctx.citus !== undefined || (replayShare.get(ctx) ?? 0) >= 0.5);
   if (readFirst) {
     const done = (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
     if (done && done.state === KeyState.Done && done.retention_expired !== true) {

@@ -10,7 +10,7 @@ export interface DashboardKey {
   state: string;
   recoveryPoint: string | null;
   createdAt: Date;
-  /** Stuck keys only: when the lease ended (null: released). */
+  /** Stuck keys only: when the lease ended (null: released by a version before release kept the time). */
   lockedUntil?: Date | null;
   /** Stuck keys only: the fencing token, as decimal text. */
   token?: string;

@@ -32,9 +32,22 @@ export function driverExecutor<Tx>(driver: SqlDriver<Tx>, limits: ExecutorLimits
     if (!hasDeadline(ms)) return driver.transaction(fn);
     let abort: (error: Error) => void = ignore;
     const aborted = new Promise<never>((_, reject) => (abort = reject));
+    let bodyStarted: () => void = ignore;
+    const started = new Promise<void>((resolve) => (bodyStarted = resolve));
     let bodyDone: () => void = ignore;
     const committing = new Promise<void>((resolve) => (bodyDone = resolve));
+    // The wait for a connection and the BEGIN are the client's, and unbounded on an exhausted
+    // pool or a silent database: they get the deadline too. A transaction that opens after it
+    // passed runs none of the phase (it throws, so the client rolls back): the request was
+    // already answered 503 and its retry may run the phase (protocol.md H17).
+    let late = false;
+    const opened = deadline(started, ms, 'waiting for a connection and BEGIN', () => {
+      late = true;
+    });
+    opened.catch((error: Error) => abort(error));
     const run = driver.transaction(async (tx, sql) => {
+      if (late) throw new StoreTimeoutError(`idem/postgres: the ${driver.name} transaction opened after storeTimeoutMs (${ms} ms)`);
+      bodyStarted();
       const inner: Queryable = {
         query: (text, params) =>
           timed(sql, text, params, () => abort(new StoreTimeoutError(`idem/postgres: ${describeStatement(text)} took longer than storeTimeoutMs (${ms} ms)`))),

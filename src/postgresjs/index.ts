@@ -126,12 +126,14 @@ export function postgresjs<Tx extends PostgresJsQueryable>(sql: PostgresJsLike<T
     );
   }
   const listen = sql.listen;
-  const jsonAsText = sendsJsonAsText(sql);
+  // Asked per statement and per transaction, not once here: Drizzle's postgres-js driver
+  // changes the client's serializers when it is made on the same client later.
   return {
     kind: SQL_DRIVER,
     name: 'postgres.js',
-    query: (text, params) => run(sql, text, params, jsonAsText),
+    query: (text, params) => run(sql, text, params, sendsJsonAsText(sql)),
     async transaction<T>(fn: (tx: Tx, q: Queryable) => Promise<T>): Promise<T> {
+      const jsonAsText = sendsJsonAsText(sql);
       return (await sql.begin((tx) => fn(tx, postgresjsQueryable(tx, jsonAsText)))) as T;
     },
     ...(listen && {

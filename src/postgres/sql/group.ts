@@ -33,7 +33,7 @@ export function groupStatements({ t }: TableNames) {
         SELECT * FROM json_to_recordset($1::json) AS i(s text, k text, f text, l int8, r int8)
       ), existing AS (
         SELECT ${ROW}, created_at <= now() - input.r * interval '1 millisecond' AS retention_expired,
-          (EXTRACT(EPOCH FROM (created_at - now())) * 1000 + input.r)::float8 AS retention_remaining_ms
+          (date_part('epoch', created_at - now()) * 1000 + input.r)::float8 AS retention_remaining_ms
         FROM ${t} AS kt JOIN input ON kt.scope = input.s AND kt.key = input.k
       ), claimed AS (
         INSERT INTO ${t} (scope, key, fingerprint, locked_until)
