@@ -1,5 +1,6 @@
 import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../core/cipher.js';
 import { InvalidOptionError } from '../core/errors.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
 import { type BlobStore, TableBlobStore } from './blob-store.js';
 import { channelName, notifyingStatements } from './notify.js';
 import { isSqlDriver, type Queryable, type SqlClient, type SqlDriver, type SqlExecutor, type StoreClient, toExecutor } from './client.js';
@@ -16,8 +17,8 @@ import { type CitusStatements, distributedStatements, type PartitionedStatements
  */
 export const DEFAULT_INLINE_MAX_BYTES = 64 * 1024;
 
-/** Default deadline of each of idem's statements on a pool, in ms (`storeTimeoutMs`). */
-export const DEFAULT_STORE_TIMEOUT_MS = 5000;
+/** Default deadline of each of idem's statements, in ms (`storeTimeoutMs`): the one every store shares. */
+export { DEFAULT_STORE_TIMEOUT_MS };
 
 /**
  * Options of `PostgresStore`.
