@@ -1,6 +1,6 @@
 /**
  * `idem dashboard`: the page rendered in headless chromium (Debian's chromium through
- * playwright-core) over a populated PGlite table, its read-only JSON API, the token rule, and
+ * playwright-core) over a populated PGlite table, its read-only JSON API, the token rule (docs/dashboard.md), and
  * the CLI command run for real. `IDEM_UPDATE_SCREENSHOT=1` rewrites docs/dashboard.png.
  */
 import assert from 'node:assert/strict';
@@ -77,7 +77,7 @@ describe('idem dashboard', () => {
     }
   });
 
-  test('loopback only unless a token is set; with a token, every request needs it', async () => {
+  test('loopback only unless a token is set; with a token, every API request needs it in its header', async () => {
     await assert.rejects(startDashboard({ store, host: '0.0.0.0', port: 0 }), /--token/);
     const dash = await startDashboard({ store, host: '127.0.0.1', port: 0, token: 's3cret' });
     try {

@@ -1,15 +1,20 @@
 /**
- * `idem dashboard`: a read-only page over the key table, served by node:http on loopback. The
- * page (`dashboard-page.ts`) fetches `/api/overview` and `/api/inspect`; both answer JSON from
+ * `idem dashboard`: a page over the key table, served by node:http on loopback (docs/dashboard.md).
+ * The page (`dashboard-page.ts`) fetches `/api/overview` and `/api/inspect`; both answer JSON from
  * `PostgresStore.dashboard` and `dashboardInspect` (no bodies, no credentials, no phase results).
- * On a non-loopback host a token is required, sent as `Authorization: Bearer <token>` or
- * `?token=` (the page passes on the one in its own URL).
+ *
+ * Guards (`dashboard-guard.ts`): every request must name the dashboard in its `Host` (else 421,
+ * so a DNS-rebinding page reads nothing); every response carries a strict CSP. Reads need
+ * `Authorization: Bearer <token>` when a token is set (a non-loopback host requires one).
+ * Actions (`dashboard-actions.ts`) are POSTs and always need the token in that header and the
+ * dashboard's own `Origin`; without a token they are disabled.
  */
-import { timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { PostgresStore } from '../postgres/index.js';
-import { DASHBOARD_PAGE } from './dashboard-page.js';
+import { releaseAction } from './dashboard-actions.js';
+import { contentSecurityPolicy, HostAllowList, hasToken, LOOPBACK, originRefusal, securityHeaders, WILDCARD } from './dashboard-guard.js';
+import { DASHBOARD_PAGE, DASHBOARD_SCRIPT, DASHBOARD_STYLE } from './dashboard-page.js';
 
 /** Options of {@link startDashboard}. */
 export interface DashboardOptions {
@@ -18,54 +23,88 @@ export interface DashboardOptions {
   host?: string;
   /** 0: any free port. @default 7117 */
   port?: number;
-  /** Required unless `host` is a loopback address. */
+  /** Required unless `host` is a loopback address; enables actions. */
   token?: string;
+  /**
+   * More `Host` names to answer besides the listen address, e.g. the name a reverse proxy
+   * forwards (`idem.example.com`; with `:port` only that port). Required for `0.0.0.0` / `::`.
+   */
+  allowedHosts?: string[];
   /** Rows older than this are past retention, in ms. @default 86_400_000 */
   retentionMs?: number;
 }
 
 /** A running dashboard. */
 export interface Dashboard {
-  /** The page's URL (with `?token=` when a token is set). */
+  /** The page's URL (with `?token=` when a token is set: the page moves it into a header). */
   url: string;
   close(): Promise<void>;
 }
 
-const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+/** A request body larger than this is refused (an action's body is a few dozen bytes). */
+const MAX_BODY_BYTES = 4096;
 
 /**
  * Serves the dashboard until `close()`.
- * @throws {Error} for a non-loopback host without a token, or when the port is taken
+ * @throws {Error} for a non-loopback host without a token, a wildcard host without
+ *   `allowedHosts`, or when the port is taken
  */
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
   const host = options.host ?? '127.0.0.1';
-  const token = options.token;
+  const token = options.token || undefined;
   if (!LOOPBACK.has(host) && !token)
     throw new Error(`--host ${host} is not a loopback address: set --token (or IDEM_DASHBOARD_TOKEN) so the page is not open to anyone`);
+  if (WILDCARD.has(host) && !options.allowedHosts?.length)
+    throw new Error(`--host ${host} listens on every interface: name the host clients use with --allowed-host (repeatable)`);
   const retentionMs = options.retentionMs ?? 86_400_000;
   const store = options.store;
+  const headers = securityHeaders(contentSecurityPolicy(DASHBOARD_SCRIPT, DASHBOARD_STYLE));
+  let hosts = new HostAllowList(host, 0, []);
 
   const server = http.createServer(async (req, res) => {
-    const url = new URL(req.url ?? '/', 'http://dashboard');
-    const send = (status: number, type: string, body: string) => {
-      res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff', 'referrer-policy': 'no-referrer' });
+    const send = (status: number, type: string, body: string, extra: Record<string, string> = {}) => {
+      res.writeHead(status, { ...headers, ...extra, 'content-type': type });
       res.end(body);
     };
-    if (req.method !== 'GET') return send(405, 'text/plain', 'read-only\n');
-    if (token && !authorized(req, url, token)) return send(401, 'text/plain', 'token required\n');
+    const json = (status: number, body: unknown) => send(status, 'application/json', JSON.stringify(body));
+    // DNS rebinding: a page on another name resolved to this address is refused before anything.
+    if (!hosts.allows(req.headers.host)) {
+      return send(
+        421,
+        'text/plain',
+        `Host ${JSON.stringify(req.headers.host ?? '')} is not this dashboard's (allowed: ${hosts.describe()}); behind a proxy, add --allowed-host\n`,
+      );
+    }
+    const url = new URL(req.url ?? '/', 'http://dashboard');
     try {
+      if (url.pathname === '/api/release') {
+        if (req.method !== 'POST') return send(405, 'text/plain', 'POST only\n', { allow: 'POST' });
+        if (!token) return json(403, { error: 'actions are disabled: start idem dashboard with --token <secret> (or IDEM_DASHBOARD_TOKEN) to enable them' });
+        const badOrigin = originRefusal(req, hosts);
+        if (badOrigin) return json(403, { error: badOrigin });
+        if (!hasToken(req, token)) return json(401, { error: 'an action needs Authorization: Bearer <token>' });
+        if (!/^application\/json\b/.test(req.headers['content-type'] ?? '')) return json(415, { error: 'send the action as application/json' });
+        const body = await readBody(req);
+        if (body === undefined) return json(413, { error: `body over ${MAX_BODY_BYTES} bytes` });
+        const outcome = await releaseAction(store, body, retentionMs);
+        return json(outcome.status, outcome.body);
+      }
+      if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, 'text/plain', 'read-only: actions are POSTs to /api/release\n', { allow: 'GET' });
+      // The page holds no data: served to any allowed Host; it reads the token from its URL.
       if (url.pathname === '/') return send(200, 'text/html; charset=utf-8', DASHBOARD_PAGE);
-      if (url.pathname === '/api/overview') return send(200, 'application/json', JSON.stringify(await store.dashboard(retentionMs)));
+      if (!url.pathname.startsWith('/api/')) return send(404, 'text/plain', 'not found\n');
+      if (token && !hasToken(req, token)) return json(401, { error: 'token required: Authorization: Bearer <token> (open the page with ?token=)' });
+      if (url.pathname === '/api/overview') return json(200, { ...(await store.dashboard(retentionMs)), actions: token !== undefined });
       if (url.pathname === '/api/inspect') {
         const scope = url.searchParams.get('scope') ?? '';
         const key = url.searchParams.get('key') ?? '';
-        if (!scope || !key) return send(400, 'application/json', JSON.stringify({ error: 'scope and key are required' }));
+        if (!scope || !key) return json(400, { error: 'scope and key are required' });
         const found = await store.dashboardInspect(scope, key, retentionMs);
-        return found ? send(200, 'application/json', JSON.stringify(found)) : send(404, 'application/json', JSON.stringify({ error: 'no such key' }));
+        return found ? json(200, found) : json(404, { error: 'no such key' });
       }
       return send(404, 'text/plain', 'not found\n');
     } catch (error) {
-      return send(503, 'application/json', JSON.stringify({ error: `database: ${(error as Error)?.message ?? error}` }));
+      return json(503, { error: `database: ${(error as Error)?.message ?? error}` });
     }
   });
   await new Promise<void>((resolve, reject) => {
@@ -73,9 +112,11 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     server.listen(options.port ?? 7117, host, () => resolve());
   });
   const { port } = server.address() as AddressInfo;
-  const shown = host.includes(':') ? `[${host}]` : host;
+  hosts = new HostAllowList(host, port, options.allowedHosts ?? []);
+  const shown = WILDCARD.has(host) ? options.allowedHosts![0]! : host.includes(':') ? `[${host}]` : host;
+  const origin = /:\d+$/.test(shown) ? shown : `${shown}:${port}`;
   return {
-    url: `http://${shown}:${port}/${token ? `?token=${encodeURIComponent(token)}` : ''}`,
+    url: `http://${origin}/${token ? `?token=${encodeURIComponent(token)}` : ''}`,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
@@ -84,10 +125,14 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   };
 }
 
-function authorized(req: http.IncomingMessage, url: URL, token: string): boolean {
-  const header = req.headers.authorization;
-  const given = header?.startsWith('Bearer ') ? header.slice(7) : (url.searchParams.get('token') ?? '');
-  const a = Buffer.from(given);
-  const b = Buffer.from(token);
-  return a.length === b.length && timingSafeEqual(a, b);
+/** The request body as text, or undefined past {@link MAX_BODY_BYTES}. */
+async function readBody(req: http.IncomingMessage): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) return undefined;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }

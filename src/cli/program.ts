@@ -7,7 +7,7 @@
  */
 import { Command, Option } from 'commander';
 import cliProgress from 'cli-progress';
-import { type SweepProgress } from '../postgres/index.js';
+import type { SweepProgress } from '../postgres/index.js';
 import { replicationAtRisk } from '../postgres/inspect.js';
 import type { Completer } from '../http/index.js';
 import type { SqlClient } from '../postgres/client.js';
@@ -244,22 +244,40 @@ export function buildProgram(io: CliIo = defaultIo): Command {
 
   // ---- dashboard ------------------------------------------------------------------------
   withConnection(program.command('dashboard'))
-    .description('serve a read-only page over the key table: keys by state over time, stuck keys, oldest, past retention, partitions, a key inspector')
+    .description(
+      'serve a page over the key table: keys by state over time, stuck and failing keys, oldest, past retention, partitions, a key inspector; with --token, release a stuck key',
+    )
     .addOption(
       new Option('--port <port>', 'port to listen on (0: any free port)').default(7117).argParser((v) => (v === '0' ? 0 : positiveInteger('--port')(v))),
     )
     .addOption(new Option('--host <address>', 'address to listen on; anything but loopback needs --token').default('127.0.0.1'))
-    .addOption(new Option('--token <token>', 'required of every request (Authorization: Bearer, or ?token=)').env('IDEM_DASHBOARD_TOKEN'))
+    .addOption(
+      new Option('--token <token>', 'enables actions; required of every API request (Authorization: Bearer; the page takes it once from ?token=)').env(
+        'IDEM_DASHBOARD_TOKEN',
+      ),
+    )
+    .addOption(
+      new Option('--allowed-host <name>', 'also answer this Host (e.g. the name a reverse proxy forwards; repeatable)')
+        .argParser((value: string, previous: string[] = []) => [...previous, value])
+        .default([]),
+    )
     .addOption(retentionOption())
-    .action(async (options: ConnectionOptions & { port: number; host: string; token?: string; retention: number }) => {
+    .action(async (options: ConnectionOptions & { port: number; host: string; token?: string; allowedHost: string[]; retention: number }) => {
       await withStore(options, async (store) => {
         let dashboard: Dashboard;
         try {
-          dashboard = await startDashboard({ store, host: options.host, port: options.port, token: options.token, retentionMs: options.retention });
+          dashboard = await startDashboard({
+            store,
+            host: options.host,
+            port: options.port,
+            token: options.token,
+            allowedHosts: options.allowedHost,
+            retentionMs: options.retention,
+          });
         } catch (error) {
           throw new CliError(describeError(error));
         }
-        io.out(`idem dashboard on ${dashboard.url} (read-only; Ctrl-C stops it)`);
+        io.out(`idem dashboard on ${dashboard.url} (${options.token ? 'actions need the token' : 'read-only; --token enables actions'}; Ctrl-C stops it)`);
         await new Promise<void>((resolve) => {
           const stop = () => {
             process.off('SIGINT', stop);

@@ -73,6 +73,8 @@ export interface Statements {
   dashboardStuck: string;
   dashboardOldest: string;
   dashboardPastRetention: string;
+  dashboardFailing: string;
+  dashboardWhy: string;
 }
 
 /**
