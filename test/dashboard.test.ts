@@ -1,7 +1,8 @@
 /**
  * `idem dashboard`: the page rendered in headless chromium (Debian's chromium through
  * playwright-core) over a populated PGlite table, its read-only JSON API, the token rule (docs/dashboard.md), and
- * the CLI command run for real. `IDEM_UPDATE_SCREENSHOT=1` rewrites docs/dashboard.png.
+ * the CLI command run for real. The "why" and the CSP in the browser, and docs/dashboard.png:
+ * test/dashboard-browser.test.ts.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -12,14 +13,13 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
-import { chromium } from 'playwright-core';
 import { startDashboard } from '../src/cli/dashboard.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { type DashboardData, PostgresStore } from '../src/postgres/index.js';
+import { chromiumSkip, launchChromium } from './helpers/chromium.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CHROMIUM = '/usr/bin/chromium';
-const skip = existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing: install it with \`apt-get install -y chromium\` (.ci/run does)`;
+const skip = chromiumSkip;
 const fp = (text: string) => createHash('sha256').update(text).digest();
 const SECRET_BODY = 'card_number_4242424242424242';
 
@@ -93,11 +93,7 @@ describe('idem dashboard', () => {
 
   test('renders in headless chromium: cards, chart, stuck and past-retention keys, the inspector', { skip }, async () => {
     const dash = await startDashboard({ store, port: 0 });
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
-    });
+    const browser = await launchChromium();
     try {
       const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
       await page.goto(dash.url);
@@ -119,10 +115,6 @@ describe('idem dashboard', () => {
       await page.click('#inspect button');
       await page.waitForFunction("document.querySelector('#inspected')?.textContent?.includes('201')");
       assert.ok(!(await page.content()).includes(SECRET_BODY), 'no body anywhere on the page');
-      const shot = process.env.IDEM_UPDATE_SCREENSHOT === '1' ? join(ROOT, 'docs', 'dashboard.png') : join(tmpdir(), `idem-dashboard-${process.pid}.png`);
-      await page.screenshot({ path: shot, fullPage: true });
-      assert.ok(existsSync(shot));
-      if (process.env.IDEM_UPDATE_SCREENSHOT !== '1') rmSync(shot);
     } finally {
       await browser.close();
       await dash.close();

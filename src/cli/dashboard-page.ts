@@ -24,8 +24,8 @@ h2{font-size:15px;margin:0 0 8px} h2 small{font-weight:400;color:#5b6475}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;width:100%;font-size:13px}
 td,th{border-bottom:1px solid #eef0f3;padding:3px 6px;text-align:left;white-space:nowrap}
-td.long{max-width:240px;overflow:hidden;text-overflow:ellipsis}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.long{max-width:160px;overflow:hidden;text-overflow:ellipsis} section.wide td.long{max-width:360px}
+td.n{font-variant-numeric:tabular-nums}
 td.bad{color:#b3261e;font-weight:600}
 th{color:#5b6475;font-weight:600}
 tr.click{cursor:pointer} tr.click:hover,tr.click:focus{background:#eef3fd;outline:none}
@@ -58,8 +58,9 @@ export const DASHBOARD_PAGE = `<!doctype html>
 <section><h2>Past retention, not yet swept</h2><div id="past"></div></section>
 <section><h2>Partitions</h2><div id="partitions"></div></section>
 <section class="wide" id="inspector"><h2>Inspect a key</h2>
+<p class="note" id="actions"></p>
 <form id="inspect"><input name="scope" placeholder="scope" required><input name="key" placeholder="key" required><button>Inspect</button></form>
-<div id="inspection"></div><p class="note" id="actions"></p></section>
+<div id="inspection"></div></section>
 </main>
 <script>${DASHBOARD_SCRIPT}</script></body></html>
 `;

@@ -90,7 +90,7 @@ async function refresh() {
     ['next step', (r) => r.requestStored ? 'idem complete --app <module>' : 'a retry with the same key']], pick);
   table('failing', body.failing, [['scope', (r) => r.scope], ['key', (r) => r.key], ['state', (r) => r.state], ['failed attempts', attempts, bad],
     ['status', (r) => r.responseStatus ?? '-', 'n'], ['problem type', (r) => problem(r.problemType)], ['recovery point', (r) => r.recoveryPoint], ['created', (r) => when(r.createdAt)]], pick);
-  table('oldest', body.oldest, [['scope', (r) => r.scope], ['key', (r) => r.key], ['state', (r) => r.state], ['failed attempts', attempts, bad], ['created', (r) => when(r.createdAt)]], pick);
+  table('oldest', body.oldest, [['scope', (r) => r.scope], ['key', (r) => r.key], ['state', (r) => r.state], ['failed', attempts, bad], ['created', (r) => when(r.createdAt)]], pick);
   table('past', body.pastRetention, [['scope', (r) => r.scope], ['key', (r) => r.key], ['state', (r) => r.state], ['created', (r) => when(r.createdAt)]], pick);
   table('partitions', s.partitions || [], [['partition', (r) => r.name], ['day', (r) => r.day], ['past retention', (r) => r.expired ? 'yes' : 'no']]);
   if (!s.partitions) document.getElementById('partitions').replaceChildren(el('div', 'plain table: no partitions', 'empty'));
