@@ -30,7 +30,8 @@ describe('idem dashboard in chromium', () => {
   let db: PGlite;
   let store: PostgresStore;
   const table = `dash_browser_${process.pid}`;
-  const lease = async (key: string) => (await db.query(`SELECT locked_until, lock_version::text AS token FROM ${table} WHERE key = $1`, [key])).rows[0] as { locked_until: Date; token: string };
+  const lease = async (key: string) =>
+    (await db.query(`SELECT locked_until, lock_version::text AS token FROM ${table} WHERE key = $1`, [key])).rows[0] as { locked_until: Date; token: string };
 
   before(async () => {
     db = new PGlite();
@@ -61,7 +62,11 @@ describe('idem dashboard in chromium', () => {
     // A request that fails every time: finished with the stored problem request-failed-permanently.
     const http = new HttpIdempotency({ store, scope: () => 'tenant:acme', maxAttempts: 2, onHandlerError: () => undefined });
     for (let i = 0; i < 2; i++) {
-      const request = new Request('http://app.test/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'always-fails', 'content-type': 'application/json' }, body: '{}' });
+      const request = new Request('http://app.test/v1/charges', {
+        method: 'POST',
+        headers: { 'idempotency-key': 'always-fails', 'content-type': 'application/json' },
+        body: '{}',
+      });
       await http.handle(request, () => {
         throw new Error('a bug in the handler');
       });
@@ -80,7 +85,9 @@ describe('idem dashboard in chromium', () => {
     return messages;
   }
 
-  test('under its CSP the page works with no violation; ?token= moves into a header and out of the URL; release of a stuck key goes through', { skip }, async () => {
+  test('under its CSP the page works with no violation; ?token= moves into a header and out of the URL; release of a stuck key goes through', {
+    skip,
+  }, async () => {
     const dash = await startDashboard({ store, port: 0, token: TOKEN });
     const browser = await launchChromium();
     try {
@@ -91,10 +98,13 @@ describe('idem dashboard in chromium', () => {
         if (r.url().includes('/api/')) apiCalls.push({ url: r.url(), authorization: r.headers().authorization });
       });
       const response = await page.goto(dash.url);
-      assert.match(response!.headers()['content-security-policy'] ?? '', /default-src 'none'; script-src 'sha256-[^']+'; style-src 'sha256-[^']+'; connect-src 'self'/);
+      assert.match(
+        response!.headers()['content-security-policy'] ?? '',
+        /default-src 'none'; script-src 'sha256-[^']+'; style-src 'sha256-[^']+'; connect-src 'self'/,
+      );
       await page.waitForSelector('body[data-ready="true"]', { timeout: 30_000 });
       assert.equal(new URL(page.url()).search, '', 'the token left the URL');
-      assert.ok(!(await page.evaluate(() => location.href)).includes(TOKEN));
+      assert.ok(!String(await page.evaluate('location.href')).includes(TOKEN));
       assert.ok(apiCalls.length > 0);
       for (const call of apiCalls) {
         assert.ok(!call.url.includes(TOKEN), `no token in ${call.url}`);
@@ -125,7 +135,9 @@ describe('idem dashboard in chromium', () => {
     }
   });
 
-  test('it says why: failed attempts, the problem type, every key row opens the inspector, the commands for a stuck key, nothing clipped at 1280 px', { skip }, async () => {
+  test('it says why: failed attempts, the problem type, every key row opens the inspector, the commands for a stuck key, nothing clipped at 1280 px', {
+    skip,
+  }, async () => {
     const dash = await startDashboard({ store, port: 0 });
     const browser = await launchChromium();
     try {
@@ -155,15 +167,15 @@ describe('idem dashboard in chromium', () => {
         ['past', 'order-0'],
       ] as const) {
         await page.click(`#${section} tr:has-text("${key}")`);
-        await page.waitForFunction((k) => document.querySelector('#inspection')?.textContent?.includes(`idem inspect tenant:acme ${k}`), key);
+        await page.waitForFunction(`document.querySelector('#inspection')?.textContent?.includes('idem inspect tenant:acme ${key}')`);
       }
       await page.click('#failing tr:has-text("always-fails")');
-      await page.waitForFunction(() => document.querySelector('#why')?.textContent?.includes('always-fails'));
+      await page.waitForFunction("document.querySelector('#why')?.textContent?.includes('always-fails')");
       assert.match((await page.textContent('#why'))!, /Finished with a problem: request-failed-permanently/);
       assert.match((await page.textContent('#inspected'))!, /failed attempts\s*2/);
 
       await page.click('#stuck tr:has-text("stuck-after-errors")');
-      await page.waitForFunction(() => document.querySelector('#why')?.textContent?.includes('stuck-after-errors'));
+      await page.waitForFunction("document.querySelector('#why')?.textContent?.includes('stuck-after-errors')");
       const why = (await page.textContent('#why'))!;
       assert.match(why, /Stuck: nobody is working on this key/);
       assert.match(why, /2 failed attempt\(s\) so far/);
@@ -182,11 +194,11 @@ describe('idem dashboard in chromium', () => {
         }),
       );
       assert.deepEqual(overflow, []);
-      assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 1280, 'no horizontal scroll of the page');
+      assert.ok(Number(await page.evaluate('document.documentElement.scrollWidth')) <= 1280, 'no horizontal scroll of the page');
       const violations = messages.filter((m) => /Content Security Policy|Refused to/i.test(m) || m.startsWith('pageerror'));
       assert.deepEqual(violations, [], messages.join('\n'));
 
-      await page.evaluate(() => window.scrollTo(0, 0));
+      await page.evaluate('window.scrollTo(0, 0)');
       const update = process.env.IDEM_UPDATE_SCREENSHOT === '1';
       const shot = update ? join(ROOT, 'docs', 'dashboard.png') : join(tmpdir(), `idem-dashboard-${process.pid}.png`);
       await page.screenshot({ path: shot, fullPage: true });

@@ -137,6 +137,8 @@ describe('idem dashboard guards', () => {
     await withDashboard({ token: TOKEN }, async (_dash, base, origin) => {
       const hash = (text: string) => `'sha256-${createHash('sha256').update(text).digest('base64')}'`;
       const page = await request(base, '/');
+      assert.equal(page.status, 200, 'the page holds no data: served without the token');
+      assert.ok(page.headers['content-security-policy'], 'a Content-Security-Policy header');
       const script = /<script>([\s\S]*)<\/script>/.exec(page.body)![1]!;
       const style = /<style>([\s\S]*)<\/style>/.exec(page.body)![1]!;
       assert.equal(page.body, DASHBOARD_PAGE);

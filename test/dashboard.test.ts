@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import http from 'node:http';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -121,7 +122,7 @@ describe('idem dashboard', () => {
     }
   });
 
-  test('the CLI: `idem dashboard --port 0` prints its URL, serves, and stops on SIGTERM', async () => {
+  test('the CLI: `idem dashboard --port 0 --allowed-host …` prints its URL, serves those hosts only, and stops on SIGTERM', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'idem-dash-'));
     try {
       const run = (args: string[]) =>
@@ -131,7 +132,7 @@ describe('idem dashboard', () => {
         });
       const migrate = run(['migrate']);
       assert.equal(await new Promise((resolve) => migrate.on('exit', resolve)), 0);
-      const child = run(['dashboard', '--port', '0']);
+      const child = run(['dashboard', '--port', '0', '--allowed-host', 'idem.test', '--allowed-host', 'proxy.test:8443']);
       let out = '';
       const url = await new Promise<string>((resolve, reject) => {
         child.stdout.on('data', (chunk) => {
@@ -144,6 +145,15 @@ describe('idem dashboard', () => {
       const overview = (await (await fetch(`${url}api/overview`)).json()) as DashboardData;
       assert.equal(overview.stats.total, 0);
       assert.equal(overview.table, 'idempotency_keys');
+      const status = (host: string) =>
+        new Promise<number>((resolve, reject) =>
+          http.get(`${url}api/overview`, { headers: { host }, agent: false }, (res) => resolve(res.resume().statusCode!)).on('error', reject),
+        );
+      assert.deepEqual(
+        [await status('idem.test'), await status('proxy.test:8443'), await status('attacker.example')],
+        [200, 200, 421],
+        'each --allowed-host is answered, another Host is not',
+      );
       const exited = new Promise((resolve) => child.on('exit', resolve));
       child.kill('SIGTERM');
       assert.equal(await exited, 0);

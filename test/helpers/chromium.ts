@@ -6,7 +6,9 @@ import { type Browser, chromium } from 'playwright-core';
 export const CHROMIUM = '/usr/bin/chromium';
 
 /** A `skip` option for tests that need it: false when installed, else the reason. */
-export const chromiumSkip: false | string = existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing: install it with \`apt-get install -y chromium\` (.ci/run does)`;
+export const chromiumSkip: false | string = existsSync(CHROMIUM)
+  ? false
+  : `${CHROMIUM} is missing: install it with \`apt-get install -y chromium\` (.ci/run does)`;
 
 /** Launches headless chromium without a sandbox, GPU or background traffic. */
 export function launchChromium(): Promise<Browser> {
