@@ -107,7 +107,7 @@ describe('idem dashboard guards', () => {
   });
 
   test('on loopback it answers localhost, 127.0.0.1 and [::1] with its port, and each --allowed-host name', async () => {
-    await withDashboard({ allowedHosts: ['idem.internal.example', 'proxy.example:8443'] }, async (_dash, base) => {
+    await withDashboard({ allowedHosts: ['idem.internal.example', 'proxy.example:8443', 'fd00::5', '[fd00::6]:8080'] }, async (_dash, base) => {
       const port = new URL(base).port;
       const status = async (host: string) => (await request(base, '/api/overview', { headers: { host } })).status;
       for (const host of [
@@ -117,6 +117,8 @@ describe('idem dashboard guards', () => {
         'idem.internal.example',
         'idem.internal.example:443',
         'proxy.example:8443',
+        '[fd00::5]:7117',
+        '[fd00::6]:8080',
       ]) {
         assert.equal(await status(host), 200, host);
       }
@@ -126,6 +128,7 @@ describe('idem dashboard guards', () => {
         'proxy.example',
         `127.0.0.2:${port}`,
         'idem.internal.example.attacker.example',
+        '[fd00::6]:8081',
       ]) {
         assert.equal(await status(host), 421, host);
       }

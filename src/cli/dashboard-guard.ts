@@ -29,7 +29,8 @@ export class HostAllowList {
     }
     for (const raw of allowed) {
       const value = raw.trim().toLowerCase();
-      if (/:\d+$/.test(value)) this.exact.add(value);
+      // A port follows a name, an IPv4 address or a bracketed IPv6 one; a bare IPv6 has none.
+      if (/^(\[[^\]]+\]|[^:]+):\d+$/.test(value)) this.exact.add(value);
       else this.anyPort.add(bracket(value));
     }
   }
