@@ -59,6 +59,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const retentionMs = options.retentionMs ?? 86_400_000;
   const store = options.store;
   const headers = securityHeaders(contentSecurityPolicy(DASHBOARD_SCRIPT, DASHBOARD_STYLE));
+  // Replaced once the port is known (port 0 picks one); no request is read before that.
   let hosts = new HostAllowList(host, 0, []);
 
   const server = http.createServer(async (req, res) => {
