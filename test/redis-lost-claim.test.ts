@@ -73,6 +73,7 @@ for (const engine of engines) {
       await forget('k');
       const second = execute(await worker().begin({ scope: 's', key: 'k', fingerprint: fp }));
       assert.equal(second.completed('charge'), true, 'the retry resumes after the committed phase');
+      assert.equal(second.derivedKey('psp'), first.derivedKey('psp'), 'same claim id: an external call gets the same derived key');
       assert.equal(await charge(second, 'k', 'by-second'), 'by-first', 'the phase is skipped, its recorded result returned');
       await second.finish(RESPONSE);
       assert.deepEqual(await charges('k'), ['by-first'], 'one business row');
@@ -99,6 +100,21 @@ for (const engine of engines) {
       assert.equal(other.kind, 'mismatch', `got ${other.kind}`);
       const same = execute(await worker().begin({ scope: 's', key: 'k', fingerprint: fp }));
       assert.equal(same.completed('charge'), true);
+      assert.deepEqual(await charges('k'), ['by-first']);
+    });
+
+    it('a takeover of a key whose Redis hash names another claim than the ledger resumes the ledger claim', async () => {
+      // A promoted replica may hold an older state of the key than the ledger: here its claim id.
+      const first = execute(await worker().begin({ scope: 's', key: 'k', fingerprint: fp }));
+      await charge(first, 'k', 'by-first');
+      const h = hashKey(prefix, 's', 'k');
+      await open.redis.raw(h, ['HSET', h, 'cid', '00000000-0000-4000-8000-00000000beef', 'rp', 'start', 'lu', '0']);
+      await open.redis.raw(h, ['HDEL', h, 'p:charge']);
+      const second = execute(await worker().begin({ scope: 's', key: 'k', fingerprint: fp }));
+      assert.equal(second.completed('charge'), true);
+      assert.equal(second.derivedKey('psp'), first.derivedKey('psp'));
+      await charge(second, 'k', 'by-second');
+      await second.finish(RESPONSE);
       assert.deepEqual(await charges('k'), ['by-first']);
     });
 

@@ -154,7 +154,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
           throw new Error('idem/redis: another token holds the phase ledger of a fresh claim (a racing owner); retry');
         }
         // protocol.md K21: the ledger kept the progress of a claim Redis forgot: adopt it.
-        if (state.claimId !== claimId) return { kind: 'exists', record: await this.adopt(ref, state, input.fingerprint) };
+        if (state.claimId !== claimId) return this.adopted(ref, state, input.fingerprint);
       }
       // The hash's `ca` is this script's server time: its whole retention is left (protocol.md K20).
       return { kind: 'claimed', token, claimId, retentionRemainingMs: Math.floor(input.retentionMs) };
@@ -352,19 +352,23 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   /**
    * protocol.md K21: the ledger holds progress of a claim Redis forgot (or a finish Redis never
    * got). The key, held at `ref.token`, takes that claim's fingerprint, id, recovery point and
-   * phases with its lease ended, then its response when the finish committed. Returns the key
-   * as read after: the engine replays it, answers a mismatch, or takes over and resumes.
+   * phases with its lease ended, then its response when the finish committed.
    */
-  private async adopt(ref: KeyRef, state: LedgerState, fingerprint?: Uint8Array): Promise<KeyRecord> {
+  private async adopt(ref: KeyRef, state: LedgerState): Promise<void> {
     const h = hashKey(this.prefix, ref.scope, ref.key);
     const results = Object.entries(state.phaseResults).flatMap(([phase, value]) => [phase, JSON.stringify(value ?? null)]);
     const ok = await this.redis.script('adopt', [h], [String(ref.token), state.fingerprint ?? '', state.claimId, state.recoveryPoint, ...results]);
     if (ok && state.response) await this.finishInRedis(ref, state.response);
+  }
+
+  /** A fresh claim that adopted the ledger's claim: the key as read after, which the engine replays, answers as a mismatch, or takes over. */
+  private async adopted(ref: KeyRef, state: LedgerState, fingerprint: Uint8Array): Promise<ClaimResult> {
+    await this.adopt(ref, state);
     const read = await this.read(ref.scope, ref.key, false);
     if (!read) throw new Error('idem/redis: the key vanished while it adopted the phase ledger; retry');
     const { record } = read;
-    if (fingerprint && hex(record.fingerprint) !== hex(fingerprint)) delete record.response; // a mismatch is never replayed
-    return record;
+    if (hex(record.fingerprint) !== hex(fingerprint)) delete record.response; // a mismatch is never replayed
+    return { kind: 'exists', record };
   }
 
   /** Whether `ref.token` holds the key in Redis now (`started`): the check before a lower token supersedes the ledger's (protocol.md K21). */
