@@ -13,15 +13,13 @@
  *
  * Prints a Markdown table (paste into docs/reliability.md). Not a test.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { promisify } from 'node:util';
+import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { createClient } from '@redis/client';
 import { RedisStore, type DurabilityOptions } from '../src/redis/index.js';
-import { createServer, connect as tcpConnect, type Socket } from 'node:net';
+import { connect, killed, startPair, waitUntil } from './lib/redis-pair.js';
 
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -64,13 +62,6 @@ function stream(store: RedisStore) {
   };
 }
 
-async function connect(port: number) {
-  const client = createClient({ url: `redis://127.0.0.1:${port}`, socket: { reconnectStrategy: false } });
-  client.on('error', () => undefined);
-  await client.connect();
-  return client;
-}
-
 /** Re-claims every key on `port`: how many would run again. */
 async function rerunCount(port: number, prefix: string, keys: string[]): Promise<number> {
   const client = await connect(port);
@@ -87,78 +78,6 @@ async function rerunCount(port: number, prefix: string, keys: string[]): Promise
   } finally {
     client.destroy();
   }
-}
-
-const killed = (p: ChildProcess) =>
-  new Promise<void>((resolve) => {
-    if (p.exitCode !== null || p.signalCode !== null) return resolve();
-    p.once('exit', () => resolve());
-    p.kill('SIGKILL');
-  });
-
-const exec = promisify(execFile);
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const srv = createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-
-/**
- * A primary and a replica whose replication link runs through a TCP relay, so the link can
- * stall (the relay stops reading from the primary: the stream waits in the primary's output
- * buffer, as behind a network hiccup). Freezing the replica (SIGSTOP) or dropping its
- * connection would not do: the kernel buffers the stream for a frozen replica, and a dropped
- * one resynchronises from the backlog within milliseconds.
- */
-async function startPair(dir: string) {
-  const primaryPort = await freePort();
-  const replicaPort = await freePort();
-  const upstream: Socket[] = [];
-  const relay = createServer((down) => {
-    const up = tcpConnect(primaryPort, '127.0.0.1');
-    upstream.push(up);
-    down.pipe(up).on('error', () => undefined);
-    up.pipe(down).on('error', () => undefined);
-    up.on('error', () => down.destroy());
-    down.on('error', () => up.destroy());
-  });
-  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', () => resolve()));
-  const relayPort = (relay.address() as { port: number }).port;
-  const server = (port: number, args: string[]) =>
-    spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--dbfilename', `d${port}.rdb`, '--save', '', ...args], {
-      stdio: 'ignore',
-    });
-  const primary = server(primaryPort, []);
-  await waitUntil(primaryPort, 'PING', 'PONG');
-  const replica = server(replicaPort, ['--replicaof', '127.0.0.1', String(relayPort)]);
-  await waitUntil(replicaPort, 'INFO', 'master_link_status:up');
-  return {
-    primaryPort,
-    replicaPort,
-    primary,
-    stall: () => upstream.forEach((s) => s.pause()),
-    async stop() {
-      await killed(primary);
-      await killed(replica);
-      relay.close();
-      upstream.forEach((s) => s.destroy());
-    },
-  };
-}
-
-async function waitUntil(port: number, command: string, expected: string): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    const out = await exec('redis-cli', ['-p', String(port), command]).then(
-      (r) => r.stdout,
-      () => '',
-    );
-    if (out.includes(expected)) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`redis on ${port}: no ${expected}`);
 }
 
 /**

@@ -3,10 +3,11 @@
  * recorded result in one PostgreSQL (or PGlite) transaction fenced by the Redis token.
  */
 import { redisSkip } from './helpers/redis.js';
-import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
+import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { engines, tableName } from './helpers/engines.js';
-import { randomPrefix, singleClients, dropPrefix, type TestClient } from './helpers/redis.js';
+import { redisAndDatabase } from './helpers/redis-ledger.js';
+import { randomPrefix, dropPrefix } from './helpers/redis.js';
 import { PostgresPhases, RedisStore } from '../src/redis/index.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import type { Queryable } from '../src/postgres/client.js';
@@ -21,35 +22,26 @@ const phase =
 
 for (const engine of engines) {
   describe(`RedisStore + PostgresPhases on ${engine.name}`, { skip: redisSkip }, () => {
-    let db: Awaited<ReturnType<typeof engine.open>>;
-    let redis: TestClient;
+    const open = redisAndDatabase(engine);
     let table: string;
     let side: string;
     let prefix: string;
     let store: RedisStore<Queryable>;
-    before(async () => {
-      db = await engine.open();
-      redis = await singleClients[0]!.open();
-    });
-    after(async () => {
-      await redis.close();
-      await db.close();
-    });
     beforeEach(async () => {
       table = tableName('idem_phases');
       side = `${table}_side`;
       prefix = randomPrefix();
-      const phases = new PostgresPhases({ client: db.client, table });
+      const phases = new PostgresPhases({ client: open.db.client, table });
       await phases.migrate();
-      await (db.client as Queryable).query(`CREATE TABLE "${side}" (note text NOT NULL)`);
-      store = new RedisStore({ client: redis.client, prefix, phases });
+      await (open.db.client as Queryable).query(`CREATE TABLE "${side}" (note text NOT NULL)`);
+      store = new RedisStore({ client: open.redis.client, prefix, phases });
     });
     afterEach(async () => {
-      await (db.client as Queryable).query(`DROP TABLE IF EXISTS "${side}"`);
-      await (db.client as Queryable).query(`DROP TABLE IF EXISTS "${table}"`);
-      await dropPrefix(redis, prefix);
+      await (open.db.client as Queryable).query(`DROP TABLE IF EXISTS "${side}"`);
+      await (open.db.client as Queryable).query(`DROP TABLE IF EXISTS "${table}"`);
+      await dropPrefix(open.redis, prefix);
     });
-    const notes = async () => (await (db.client as Queryable).query(`SELECT note FROM "${side}" ORDER BY note`)).rows.map((r) => String(r.note));
+    const notes = async () => (await (open.db.client as Queryable).query(`SELECT note FROM "${side}" ORDER BY note`)).rows.map((r) => String(r.note));
     const insert = (note: string) => async (tx: Queryable) => {
       await tx.query(`INSERT INTO "${side}" (note) VALUES ($1)`, [note]);
       return note;
@@ -92,7 +84,7 @@ for (const engine of engines) {
     it('a finish committed in PostgreSQL but lost before Redis is replayed after the takeover', async () => {
       const ref = await claim('k', 0);
       // Commit the finish in the ledger only (as if the process died before the Redis write).
-      const ledger = new PostgresPhases({ client: db.client, table });
+      const ledger = new PostgresPhases({ client: open.db.client, table });
       await ledger.commit(ref, () => ({ kind: 'finish', response: RESPONSE }), insert('charged'));
       const engine = new IdempotencyEngine({ store, leaseMs: 60_000 });
       const begun = await engine.begin({ scope: 's', key: 'k', fingerprint: fp });

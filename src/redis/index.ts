@@ -13,4 +13,4 @@ export {
 } from './store.js';
 export { StoreTimeoutError } from '../store/deadline.js';
 export type { RedisClientLike, NodeRedisClientLike, NodeRedisClusterLike, IoRedisLike } from './client.js';
-export { PostgresPhases, type PostgresPhasesOptions, type PhaseLedger, type LedgerState } from './pg-phases.js';
+export { PostgresPhases, type PostgresPhasesOptions, type PhaseLedger, type LedgerState, type FenceClaim } from './pg-phases.js';

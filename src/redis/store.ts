@@ -26,7 +26,7 @@ import { toRunner, type RedisRunner } from './client.js';
 import { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
 import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
-import type { PhaseLedger } from './pg-phases.js';
+import type { LedgerState, PhaseLedger } from './pg-phases.js';
 
 export { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
 
@@ -142,13 +142,19 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       const claimId = String(reply[2]);
       if (this.ledger) {
         // The new owner fences the ledger first, so no worker of an earlier claim of this key
-        // (discarded, or past retention) can still commit a phase there.
+        // (discarded, past retention, or forgotten by Redis) can still commit a phase there.
         const ref = { scope: input.scope, key: input.key, token };
-        const fenced = await this.ledger.fence(ref, claimId).catch(async (error: unknown) => {
+        const claim = { claimId, fingerprint: hex(input.fingerprint), retentionMs: input.retentionMs, owns: () => this.owns(ref) };
+        const state = await this.ledger.fence(ref, claim).catch(async (error: unknown) => {
           await this.discard(ref).catch(() => undefined);
           throw error;
         });
-        if (fenced === 'fenced') throw new Error('idem/redis: the phase ledger holds a newer token than a fresh claim (clock or counter reset?)');
+        if (state === 'fenced') {
+          await this.discard(ref).catch(() => undefined);
+          throw new Error('idem/redis: another token holds the phase ledger of a fresh claim (a racing owner); retry');
+        }
+        // protocol.md K22: the ledger kept the progress of a claim Redis forgot: adopt it.
+        if (state.claimId !== claimId) return this.adopted(ref, state, input.fingerprint);
       }
       // The hash's `ca` is this script's server time: its whole retention is left (protocol.md K20).
       return { kind: 'claimed', token, claimId, retentionRemainingMs: Math.floor(input.retentionMs) };
@@ -168,12 +174,13 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     if (!this.ledger) return { kind: 'taken', token, claimId, recoveryPoint: f.rp ?? 'start', phaseResults: phases(f) };
     // The ledger is the truth about phases: fence it at the new token, then read them.
     const taken: KeyRef = { scope: ref.scope, key: ref.key, token };
-    const state = await this.ledger.fence(taken, claimId);
+    const state = await this.ledger.fence(taken, { claimId, fingerprint: f.fp, owns: () => this.owns(taken) });
     if (state === 'fenced') return { kind: 'lost' };
-    if (state.response) {
-      // The finish committed in the ledger but never reached Redis: finish it now; the
-      // engine's next claim attempt replays it.
-      await this.finishInRedis(taken, state.response);
+    if (state.response || state.claimId !== claimId) {
+      // The finish committed in the ledger but never reached Redis, or the ledger holds another
+      // claim's progress (protocol.md K22): Redis takes it; the engine's next claim attempt
+      // replays, or takes over and resumes it.
+      await this.adopt(taken, state);
       return { kind: 'lost' };
     }
     return { kind: 'taken', token, claimId, recoveryPoint: state.recoveryPoint, phaseResults: state.phaseResults };
@@ -340,6 +347,35 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       request: toSnapshot(f.rq),
       pastRetention: (retentionMs: number) => createdMs <= nowMs - retentionMs,
     };
+  }
+
+  /**
+   * protocol.md K22: the ledger holds progress of a claim Redis forgot (or a finish Redis never
+   * got). The key, held at `ref.token`, takes that claim's fingerprint, id, recovery point and
+   * phases with its lease ended, then its response when the finish committed.
+   */
+  private async adopt(ref: KeyRef, state: LedgerState): Promise<void> {
+    const h = hashKey(this.prefix, ref.scope, ref.key);
+    const results = Object.entries(state.phaseResults).flatMap(([phase, value]) => [phase, JSON.stringify(value ?? null)]);
+    const ok = await this.redis.script('adopt', [h], [String(ref.token), state.fingerprint ?? '', state.claimId, state.recoveryPoint, ...results]);
+    if (ok && state.response) await this.finishInRedis(ref, state.response);
+  }
+
+  /** A fresh claim that adopted the ledger's claim: the key as read after, which the engine replays, answers as a mismatch, or takes over. */
+  private async adopted(ref: KeyRef, state: LedgerState, fingerprint: Uint8Array): Promise<ClaimResult> {
+    await this.adopt(ref, state);
+    const read = await this.read(ref.scope, ref.key, false);
+    if (!read) throw new Error('idem/redis: the key vanished while it adopted the phase ledger; retry');
+    const { record } = read;
+    if (hex(record.fingerprint) !== hex(fingerprint)) delete record.response; // a mismatch is never replayed
+    return { kind: 'exists', record };
+  }
+
+  /** Whether `ref.token` holds the key in Redis now (`started`): the check before a lower token supersedes the ledger's (protocol.md K22). */
+  private async owns(ref: KeyRef): Promise<boolean> {
+    const h = hashKey(this.prefix, ref.scope, ref.key);
+    const [tok, st] = (await this.redis.command(h, ['HMGET', h, 'tok', 'st'])) as [unknown, unknown];
+    return String(tok) === String(ref.token) && String(st) === KeyState.Started;
   }
 
   /** WAIT for `durability.replicas`; throws {@link NotReplicatedError} when fewer acknowledged. */

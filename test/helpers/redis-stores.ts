@@ -64,6 +64,13 @@ function redisHarness(t: TestClient, ledger?: { client: SqlClient }): () => Prom
       effects: async () =>
         phases ? (await (ledger!.client as Queryable).query(`SELECT note FROM "${table}_side" ORDER BY id`)).rows.map((r) => String(r.note)) : [...notes],
       async age(scope, key, ms) {
+        // Time passes for the ledger row too: its age decides whether a new claim of the key
+        // resumes its phases or starts empty (protocol.md K22).
+        if (phases)
+          await (ledger!.client as Queryable).query(
+            `UPDATE "${table}" SET created_at = created_at - $3::int8 * interval '1 millisecond' WHERE scope = $1 AND key = $2`,
+            [scope, key, ms],
+          );
         if ((await cmd(scope, key, ['EXISTS', h(scope, key)])) === 0) return;
         await cmd(scope, key, ['HINCRBY', h(scope, key), 'ca', String(-ms)]);
         if (Number(await cmd(scope, key, ['HGET', h(scope, key), 'lu'])) > 0) await cmd(scope, key, ['HINCRBY', h(scope, key), 'lu', String(-ms)]);
