@@ -87,7 +87,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     req[CONTEXT_PROPERTY] = prepared.context;
     let thrown: { error: unknown } | undefined;
     // Record what is written before it is sent (protocol.md K5); a crash releases instead (protocol.md H10).
-    holdResponse(rawRes, (written) => (thrown ? prepared.fail(thrown.error) : prepared.complete(written)));
+    holdResponse(
+      rawRes,
+      (written) => (thrown ? prepared.fail(thrown.error) : prepared.complete(written)),
+      (error) => prepared.fail(error),
+    );
     return next.handle().pipe(
       // A stream the platform pipes out (StreamableFile) can fail after the handler returned:
       // Nest's platforms then write their own error (Express: 400 with the message, Fastify:

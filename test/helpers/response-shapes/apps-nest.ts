@@ -5,7 +5,8 @@
  * with idem protecting no method.
  */
 import { createReadStream } from 'node:fs';
-import { All, Controller, Module, Req, Res, StreamableFile, type DynamicModule } from '@nestjs/common';
+import { pipeline } from 'node:stream';
+import { All, Controller, Module, Post, Req, Res, StreamableFile, type DynamicModule } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Request as ExpressRequest, Response as ExpressResponse } from 'express';
 import { of } from 'rxjs';
@@ -23,6 +24,21 @@ type PlatformResponse = Pick<ExpressResponse, 'status' | 'type' | 'header'> | Pi
 
 @Controller()
 class ShapeController {
+  /** The piped row: `@Res()` without passthrough, the route pipes into Node's response itself. */
+  @Post('shape/piped-stream-errors')
+  @Idempotent()
+  async piped(
+    @Req() req: ExpressRequest | FastifyRequest,
+    @Res() res: ExpressResponse | FastifyReply,
+    @IdemContext() idem: IdempotencyContext<unknown> | undefined,
+  ): Promise<void> {
+    const { key, fail } = rowHeaders((name) => req.headers[name]);
+    await charge(idem, key);
+    const raw = 'raw' in res ? res.raw : res;
+    raw.writeHead(201, { 'content-type': 'text/csv' });
+    pipeline(nodeStream({ fail }), raw, () => undefined);
+  }
+
   @All('*')
   @Idempotent()
   async handle(

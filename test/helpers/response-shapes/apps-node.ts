@@ -6,7 +6,7 @@ import http from 'node:http';
 import { createReadStream, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Readable } from 'node:stream';
+import { pipeline, Readable } from 'node:stream';
 import express, { type NextFunction, type Request as ExpressRequest, type Response as ExpressResponse } from 'express';
 import Koa from 'koa';
 import Fastify from 'fastify';
@@ -80,6 +80,9 @@ async function expressRow(req: ExpressRequest, res: ExpressResponse, next: NextF
       return void res.status(304).set('etag', '"v1"').end();
     case 'file':
       return void res.status(201).sendFile(FILE, (error) => error && next(error));
+    case 'piped stream errors':
+      res.status(201).type('text/csv');
+      return void pipeline(nodeStream({ fail }), res, () => undefined);
     case 'node writes':
       res.writeHead(201, { 'content-type': 'text/csv' });
       res.write(CHUNKS[0]);
@@ -170,6 +173,7 @@ export const koaShapes: ShapeApp = {
     ...ONLY,
     'async iterable': 'ctx.body takes Node and web streams, Blobs and Responses; an async iterable goes in as Readable.from (the stream rows)',
     'node writes': 'writing to ctx.res is ctx.respond = false: the hijack row',
+    'piped stream errors': 'Koa pipes a ctx.body stream itself (the stream error rows)',
   },
   async start(options, cleanup) {
     const app = new Koa();
@@ -186,6 +190,7 @@ export const fastifyShapes: ShapeApp = {
     observable: 'NestJS only',
     'async iterable': 'reply.send takes Node and web streams; an async iterable goes in as Readable.from (the stream rows)',
     'node writes': 'Fastify requires reply.hijack() before writing to reply.raw: the hijack row',
+    'piped stream errors': 'reply.send pipes a stream itself (the stream error rows)',
   },
   async start(options, cleanup) {
     const app = Fastify({ logger: false });

@@ -26,6 +26,7 @@ const WEB_ABSENT = {
   'send without return': 'Fastify only',
   'return reply': 'Fastify only',
   'node writes': 'no Node response: the handler returns a web Response',
+  'piped stream errors': 'no Node response: the handler returns a web Response (the stream error rows)',
   hijack: 'no socket to take: the handler returns a web Response',
 } as const;
 
@@ -219,6 +220,7 @@ function lambdaShapes(format: EventFormat): ShapeApp {
       'stream errors before a phase': STREAMLESS,
       'stream errors after a phase': STREAMLESS,
       'node writes': 'no Node response: the handler returns a result object',
+      'piped stream errors': STREAMLESS,
       hijack: 'no socket to take: the handler returns a result object',
     },
     async start(options, cleanup) {

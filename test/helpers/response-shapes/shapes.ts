@@ -49,6 +49,11 @@ export const SHAPES = [
   { name: 'node writes', does: "writeHead + write + end on the framework's Node response", expect: 'stored' },
   { name: 'hijack', does: 'taking the socket from the framework (reply.hijack(), ctx.respond = false)', expect: 'refused' },
   { name: 'stream errors before a phase', does: 'the body stream fails after its first chunk, no phase run', expect: 'fails-before-phase' },
+  {
+    name: 'piped stream errors',
+    does: 'pipeline(stream, res) after a phase; the stream fails after its first chunk and pipeline destroys the response',
+    expect: 'fails-after-phase',
+  },
   { name: 'stream errors after a phase', does: 'a phase commits, then the body stream fails after its first chunk', expect: 'fails-after-phase' },
 ] as const satisfies readonly Shape[];
 
