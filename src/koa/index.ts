@@ -107,8 +107,8 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaI
       outcome = exposedHttpError(thrown) ? await prepared.complete(httpErrorResponse(thrown)) : await prepared.fail(thrown);
       return writeResponse(ctx, outcome);
     }
-    restore();
-    if (ctx.respond === false || ctx.res.headersSent) {
+    const wroteRaw = restore();
+    if (ctx.respond === false || wroteRaw || ctx.res.headersSent) {
       // The route wrote to ctx.res itself: refused, as reply.hijack() is on Fastify. What it
       // wrote was held and is dropped; the client gets the 500 problem, the key is released.
       ctx.respond = true;
@@ -130,17 +130,23 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaI
 
 /**
  * Holds `res` while the downstream middleware runs: its head and body writes are kept off the
- * socket (and dropped). @returns the function that puts the original methods back
+ * socket (and dropped). @returns `restore`, which puts the original methods back and says
+ * whether the route wrote to `res` (an `end`, or body bytes)
  */
-function holdRaw(res: ServerResponse): () => void {
+function holdRaw(res: ServerResponse): () => boolean {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
-  holdWrites(res);
+  const held = holdWrites(res);
+  let ended = false;
   res.end = function end(...args: unknown[]) {
+    ended = true;
     const callback = args.find((arg) => typeof arg === 'function');
     if (callback) queueMicrotask(() => (callback as () => void)());
     return res;
   } as ServerResponse['end'];
-  return () => Object.assign(res, original);
+  return () => {
+    Object.assign(res, original);
+    return ended || held.body().length > 0;
+  };
 }
 
 /** Reads `ctx.req` whole, then puts an identical stream back on `ctx.req` for body parsers. */
