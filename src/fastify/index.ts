@@ -119,6 +119,7 @@ function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, keyHe
     // still records: Fastify then sends again (reply.sent is still false) with no payload, and
     // that empty send would reach the client first. Plain Fastify had finished the first send
     // by then and ignores the second: so does this (protocol.md H23).
+    const ownSend = Object.getOwnPropertyDescriptor(reply, 'send');
     reply.send = () => reply;
     try {
       const thrown = slots(request)[THROWN];
@@ -138,7 +139,8 @@ function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, keyHe
       }
       return await writeOut(reply, out!);
     } finally {
-      delete (reply as { send?: unknown }).send; // the prototype's send again
+      if (ownSend) Object.defineProperty(reply, 'send', ownSend);
+      else delete (reply as { send?: unknown }).send; // the prototype's send again
     }
   };
   route.preParsing = append(route.preParsing, preParsing);

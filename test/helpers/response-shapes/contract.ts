@@ -1,13 +1,13 @@
 /**
  * The response-shape contract (protocol.md H23, docs/response-shapes.md): every row of
  * ./shapes.ts on every framework app given, over the memory store and PGlite. Each app is
- * started twice per store, once behind idem and once plain (no idem), and every row is sent
+ * started once plain (no idem) per file and once behind idem per store, and every row is sent
  * to both: the first client must get the plain framework's status and bytes, every replay the
  * same bytes; a body that breaks mid-way is never stored (the 500 problem, the key released or
  * resumable). An absent row is a skipped test that says why.
  */
 import { randomUUID } from 'node:crypto';
-import { before, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { assertProblem, bytes } from '../http.js';
 import { memoryRealClockFactory, storeFactories, type StoreFactory, useStoreBackend } from '../stores.js';
@@ -27,6 +27,17 @@ const EXPECT: Record<Shape['expect'], string> = {
 
 /** Registers the contract for `apps` over `stores`. */
 export function responseShapeContract(apps: ShapeApp[], stores: StoreFactory[] = shapeStores): void {
+  // The plain apps need no store: one per framework for the whole file.
+  const plainApps = new Map<ShapeApp, Promise<ShapeSend>>();
+  const plainCleanups: Array<() => Promise<void>> = [];
+  const plainOf = (app: ShapeApp) => {
+    const started = plainApps.get(app) ?? app.start(undefined, (fn) => void plainCleanups.push(fn));
+    plainApps.set(app, started);
+    return started;
+  };
+  after(async () => {
+    for (const fn of plainCleanups.reverse()) await fn().catch(() => undefined);
+  });
   for (const factory of stores) {
     describe(`response shapes over ${factory.name}`, () => {
       const conn = useStoreBackend(factory);
@@ -37,7 +48,7 @@ export function responseShapeContract(apps: ShapeApp[], stores: StoreFactory[] =
           before(async () => {
             const fresh = await conn.backend().fresh();
             conn.cleanup(() => fresh.drop());
-            sends.plain = await app.start(undefined, conn.cleanup);
+            sends.plain = await plainOf(app);
             sends.idem = await app.start({ store: fresh.store, onHandlerError: (error) => errors.push(error) }, conn.cleanup);
           });
           for (const shape of SHAPES) {
