@@ -3,7 +3,7 @@
  * Fastify 5, each answering with the framework's own API.
  */
 import http from 'node:http';
-import { createReadStream, mkdtempSync, writeFileSync } from 'node:fs';
+import { createReadStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pipeline, Readable } from 'node:stream';
@@ -21,8 +21,10 @@ import { BYTES, charge, chunks, CHUNKS, nodeStream, OBJECT, shapeOf, TEXT, webSt
 type Ctx = IdempotencyContext<unknown> | undefined;
 
 /** The file the file rows send: the row's text. */
-export const FILE = path.join(mkdtempSync(path.join(tmpdir(), 'idem-shapes-')), 'receipt.csv');
+const DIR = mkdtempSync(path.join(tmpdir(), 'idem-shapes-'));
+export const FILE = path.join(DIR, 'receipt.csv');
 writeFileSync(FILE, TEXT);
+process.once('exit', () => rmSync(DIR, { recursive: true, force: true }));
 
 const ONLY = {
   observable: 'NestJS only',
