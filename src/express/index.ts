@@ -131,13 +131,29 @@ async function bodyBytes(req: ReqLike): Promise<Uint8Array | null> {
 }
 
 const ORIGINAL = Symbol('idem.original');
-type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead'] };
+type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead']; destroy: ServerResponse['destroy'] };
 
 /** Buffers what the route writes; at `end`, records it and sends what the core returns. */
 function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'execute' }>): void {
-  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead };
+  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead, destroy: res.destroy };
   (res as unknown as Record<symbol, Writer>)[ORIGINAL] = original;
   const held = holdWrites(res as ServerResponse);
+  // `pipeline(stream, res)` destroys the response with the stream's error when the stream
+  // fails. Nothing was sent yet (it is held): that is the route crashing mid-body, so the key
+  // is released and the client gets the 500 problem, never a reset over a key left in
+  // progress (protocol.md H10, H23). A destroy without an error, or of a connection already
+  // gone, is left to Node.
+  (res as ServerResponse).destroy = function destroy(error?: Error) {
+    if (!error || res.socket?.destroyed !== false) return original.destroy.call(res, error);
+    restore(res);
+    delete (req as unknown as Record<symbol, unknown>)[PREPARED];
+    (req as unknown as Record<symbol, unknown>)[SENDING] = prepared
+      .fail(error)
+      .then((out) => send(res, out))
+      .then(() => flushed(res))
+      .catch(() => void (res.writableEnded || res.destroy()));
+    return res;
+  } as ServerResponse['destroy'];
   (res as ServerResponse).end = function end(chunk?: unknown, encoding?: unknown) {
     held.push(chunk, encoding);
     restore(res);
@@ -164,6 +180,7 @@ function restore(res: ResLike): void {
   (res as ServerResponse).write = original.write;
   (res as ServerResponse).end = original.end;
   (res as ServerResponse).writeHead = original.writeHead;
+  (res as ServerResponse).destroy = original.destroy;
   delete (res as unknown as Record<symbol, unknown>)[ORIGINAL];
 }
 

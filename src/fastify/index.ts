@@ -115,12 +115,33 @@ function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, keyHe
     const prepared = slots(request)[PREPARED];
     if (!prepared) return payload;
     slots(request)[PREPARED] = undefined; // once: an error in this hook must not come back here
-    const thrown = slots(request)[THROWN];
-    // A thrown error answered with a 4xx (validation, an HttpError) is a deliberate response.
-    const crashed = THROWN in slots(request) && reply.statusCode >= 500;
-    const response = await toResponse(reply, payload);
-    const out = crashed ? await prepared.fail(thrown) : await prepared.complete(response);
-    return writeOut(reply, out);
+    // An async handler that calls reply.send() without returning it resolves while this hook
+    // still records: Fastify then sends again (reply.sent is still false) with no payload, and
+    // that empty send would reach the client first. Plain Fastify had finished the first send
+    // by then and ignores the second: so does this (protocol.md H23).
+    const ownSend = Object.getOwnPropertyDescriptor(reply, 'send');
+    reply.send = () => reply;
+    try {
+      const thrown = slots(request)[THROWN];
+      // A thrown error answered with a 4xx (validation, an HttpError) is a deliberate response.
+      const crashed = THROWN in slots(request) && reply.statusCode >= 500;
+      let out: Response;
+      if (crashed) out = await prepared.fail(thrown);
+      else {
+        let response: Response | undefined;
+        try {
+          response = await toResponse(reply, payload);
+        } catch (error) {
+          // The body stream failed while being read: never stored, idem's 500 (protocol.md H10, H23).
+          out = await prepared.fail(error);
+        }
+        if (response) out = await prepared.complete(response);
+      }
+      return await writeOut(reply, out!);
+    } finally {
+      if (ownSend) Object.defineProperty(reply, 'send', ownSend);
+      else delete (reply as { send?: unknown }).send; // the prototype's send again
+    }
   };
   route.preParsing = append(route.preParsing, preParsing);
   route.preValidation = append(route.preValidation, preValidation);

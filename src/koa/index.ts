@@ -23,6 +23,8 @@ import { Readable } from 'node:stream';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
 import { bodyResponse } from '../http/response.js';
+import { holdWrites } from '../http/node-response.js';
+import { UnsupportedResponseError } from '../core/errors.js';
 
 /** The slice of a Koa context used here (Koa 2 and 3). */
 export interface KoaContextLike {
@@ -95,16 +97,25 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaI
     if (prepared.kind === 'respond') return writeResponse(ctx, prepared.response);
     ctx.state.idem = prepared.context;
     let outcome: Response;
+    // Koa writes the response after every middleware returned: a write to ctx.res before that
+    // is the route bypassing Koa. Hold it, so nothing unrecorded reaches the client (protocol.md H23).
+    const restore = holdRaw(ctx.res);
     try {
       await next();
     } catch (thrown) {
+      restore();
       outcome = exposedHttpError(thrown) ? await prepared.complete(httpErrorResponse(thrown)) : await prepared.fail(thrown);
       return writeResponse(ctx, outcome);
     }
-    if (ctx.respond === false || ctx.res.headersSent) {
-      // The route wrote to ctx.res itself: nothing here can be recorded or replayed.
-      await prepared.context.execution.release().catch(() => undefined);
-      throw new TypeError('idem/koa: the route wrote to ctx.res directly (ctx.respond = false); a protected route must answer through ctx.body');
+    const wroteRaw = restore();
+    if (ctx.respond === false || wroteRaw || ctx.res.headersSent) {
+      // The route wrote to ctx.res itself: refused, as reply.hijack() is on Fastify. What it
+      // wrote was held and is dropped; the client gets the 500 problem, the key is released.
+      ctx.respond = true;
+      const refused = new UnsupportedResponseError(
+        'idem/koa: the route bypassed Koa (ctx.respond = false, or a write to ctx.res): idem could not record the response. Answer through ctx.status and ctx.body (strings, buffers, objects, streams).',
+      );
+      return writeResponse(ctx, await prepared.fail(refused));
     }
     try {
       outcome = await prepared.complete(await readResponse(ctx));
@@ -115,6 +126,27 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaI
   } as KoaIdempotency<Tx>;
   middleware.core = core;
   return middleware;
+}
+
+/**
+ * Holds `res` while the downstream middleware runs: its head and body writes are kept off the
+ * socket (and dropped). @returns `restore`, which puts the original methods back and says
+ * whether the route wrote to `res` (an `end`, or body bytes)
+ */
+function holdRaw(res: ServerResponse): () => boolean {
+  const original = { write: res.write, end: res.end, writeHead: res.writeHead };
+  const held = holdWrites(res);
+  let ended = false;
+  res.end = function end(...args: unknown[]) {
+    ended = true;
+    const callback = args.find((arg) => typeof arg === 'function');
+    if (callback) queueMicrotask(() => (callback as () => void)());
+    return res;
+  } as ServerResponse['end'];
+  return () => {
+    Object.assign(res, original);
+    return ended || held.body().length > 0;
+  };
 }
 
 /** Reads `ctx.req` whole, then puts an identical stream back on `ctx.req` for body parsers. */
@@ -169,14 +201,25 @@ async function readResponse(ctx: KoaContextLike): Promise<Response> {
       headers.set('content-type', 'text/plain; charset=utf-8');
     }
   } else if (typeof value === 'string') bytes = Buffer.from(value);
-  else if (value instanceof Uint8Array) bytes = value;
-  else if (value instanceof Readable) bytes = Buffer.concat(await value.toArray());
+  // Koa sends a Buffer as bytes, but any other Uint8Array as JSON, like a plain object (protocol.md H23).
+  else if (Buffer.isBuffer(value)) bytes = value;
   else if (value instanceof ReadableStream || value instanceof Blob || value instanceof Response) {
     bytes = new Uint8Array(await new Response(value instanceof Response ? value.body : value).arrayBuffer());
-  } else bytes = Buffer.from(JSON.stringify(value));
+  } else if (typeof (value as { pipe?: unknown }).pipe === 'function') bytes = await readStream(value as AsyncIterable<unknown>);
+  else bytes = Buffer.from(JSON.stringify(value));
   headers.delete('content-length');
   headers.delete('transfer-encoding');
   return bodyResponse(status, bytes, { headers });
+}
+
+/**
+ * A stream body read whole, as Koa would pipe it to the socket: a chunk is bytes, or a string
+ * written as UTF-8 (`Readable.from(['a', 'b'])` is a stream of strings).
+ */
+async function readStream(stream: AsyncIterable<unknown>): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array));
+  return Buffer.concat(chunks);
 }
 
 /** Writes a web Response into Koa's ctx, replacing the status, every header and the body. */

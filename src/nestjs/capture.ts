@@ -9,18 +9,32 @@ import type { ServerResponse } from 'node:http';
 import { holdWrites, toHeaders } from '../http/node-response.js';
 import { bodyResponse } from '../http/response.js';
 
-type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead'] };
+type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead']; destroy: ServerResponse['destroy'] };
 
 /**
  * Buffers what is written to `res`; at `end`, sends `decide(written)` instead.
  *
  * @param decide gets the response as written (status, headers, exact body bytes) and returns
  *   the one to send (the same after it is recorded, a replay, or one of idem's problems)
+ * @param crash when given, a `res.destroy(error)` before `end` sends `crash(error)` instead
  */
-export function holdResponse(res: ServerResponse, decide: (written: Response) => Promise<Response>): void {
-  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead };
+export function holdResponse(res: ServerResponse, decide: (written: Response) => Promise<Response>, crash?: (error: unknown) => Promise<Response>): void {
+  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead, destroy: res.destroy };
   const restore = () => Object.assign(res, original);
   const held = holdWrites(res);
+  if (crash) {
+    // `pipeline(stream, res)` destroys the held response with the stream's error: the handler
+    // crashed mid-body. Answer `crash(error)` instead of a reset over a key left in progress
+    // (protocol.md H23). A destroy without an error, or of a connection already gone, is Node's.
+    res.destroy = function destroy(error?: Error) {
+      if (!error || res.socket?.destroyed !== false) return original.destroy.call(res, error);
+      restore();
+      crash(error)
+        .then((out) => sendResponse(res, out))
+        .catch(() => void (res.writableEnded || original.destroy.call(res)));
+      return res;
+    } as ServerResponse['destroy'];
+  }
   res.end = function end(chunk?: unknown, encoding?: unknown, cb?: unknown) {
     held.push(chunk, encoding);
     restore();

@@ -4,9 +4,9 @@
  * platforms end there) until its outcome is recorded.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { HttpException, Inject, Injectable, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
+import { HttpException, Inject, StreamableFile, Injectable, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { catchError, of, throwError, type Observable } from 'rxjs';
+import { catchError, of, tap, throwError, type Observable } from 'rxjs';
 import type { EngineOptions } from '../engine/engine.js';
 import { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
 import { toHeaders } from '../http/node-response.js';
@@ -87,8 +87,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
     req[CONTEXT_PROPERTY] = prepared.context;
     let thrown: { error: unknown } | undefined;
     // Record what is written before it is sent (protocol.md K5); a crash releases instead (protocol.md H10).
-    holdResponse(rawRes, (written) => (thrown ? prepared.fail(thrown.error) : prepared.complete(written)));
+    holdResponse(
+      rawRes,
+      (written) => (thrown ? prepared.fail(thrown.error) : prepared.complete(written)),
+      (error) => prepared.fail(error),
+    );
     return next.handle().pipe(
+      // A stream the platform pipes out (StreamableFile) can fail after the handler returned:
+      // Nest's platforms then write their own error (Express: 400 with the message, Fastify:
+      // its error JSON) over the bytes held so far. That is a crash, not an answer (protocol.md H23).
+      tap((value: unknown) => {
+        const stream = value instanceof StreamableFile ? value.getStream() : undefined;
+        stream?.once('error', (error: unknown) => {
+          thrown ??= { error };
+        });
+      }),
       catchError((error: unknown) => {
         if (!(error instanceof HttpException && error.getStatus() < 500)) thrown = { error };
         return throwError(() => error);
