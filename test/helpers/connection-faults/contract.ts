@@ -21,7 +21,7 @@ import { faults, type FaultScene } from './faults.js';
 /** The store's deadline in the service: every 503 must come within it + 1 s. */
 export const STORE_TIMEOUT_MS = 1000;
 /** How long the service may take to answer 201 again once the server is back. */
-export const RECOVER_MS = 15_000;
+export const RECOVER_MS = Number(process.env.FAULT_RECOVER_MS ?? 15_000);
 /** Requests in a row that must answer 201 once recovered. */
 export const STEADY = 5;
 const APP = 'test/helpers/connection-faults/app.ts';
@@ -73,7 +73,7 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
       const scene: FaultScene = {
         proxies,
         start503,
-        expect503: start503,
+        expect503: async (what, count = 1) => void (await Promise.all(Array.from({ length: count }, (_, i) => start503(`${what} (${i + 1})`)))),
         idle: (ms) => alive(sleep(ms)),
         idleMs: entry.idleMs,
       };

@@ -9,8 +9,11 @@ import { poll } from '../wait.js';
 /** What a fault works with: the proxies, and a way to send one request that the contract checks for a 503. */
 export interface FaultScene {
   proxies: SilentProxy[];
-  /** Sends one request with a new key; the contract checks it answers 503 with Retry-After within the deadline + 1 s. */
-  expect503(what: string): Promise<void>;
+  /**
+   * Sends `count` requests at once (default 1), each with a new key; the contract checks each
+   * answers 503 with Retry-After within the deadline + 1 s.
+   */
+  expect503(what: string, count?: number): Promise<void>;
   /** Sends one request and returns its check, for a request that must be in flight when the fault hits. */
   start503(what: string): Promise<void>;
   /** Waits `ms` with no traffic. */
@@ -25,6 +28,9 @@ export interface Fault {
   /** Injects the fault, sends the requests that meet it, then forwards again. */
   run(scene: FaultScene): Promise<void>;
 }
+
+/** Requests at once in the black hole: more than the connections any entry's client opens (5). */
+export const BURST = 8;
 
 const all = (scene: FaultScene, fn: (p: SilentProxy) => void) => scene.proxies.forEach(fn);
 
@@ -57,7 +63,8 @@ export const faults: Fault[] = [
     async run(scene) {
       all(scene, (p) => p.mode('silent'));
       await scene.expect503('a request into the black hole');
-      await scene.expect503('a second request into the black hole');
+      // More at once than any entry's pool holds: every connection ends up stuck in the hole.
+      await scene.expect503('requests into the black hole, more than the pool holds', BURST);
       all(scene, (p) => p.mode('forward'));
     },
   },
