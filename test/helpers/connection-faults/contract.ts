@@ -1,7 +1,7 @@
 /**
  * The connection-fault contract (issue 24): every fault of ./faults.ts over every client of
- * ./entries.ts, against the service of ./app.ts running as a child process behind one fault
- * proxy per server. For each fault it checks that
+ * ./entries.ts, against the service of ./app.ts running as a child process (a fresh one per
+ * fault) behind one fault proxy per server. For each fault it checks that
  * - the process never exits (every step races the child's exit, which fails the test with its output);
  * - each request that meets the fault gets 503 with `Retry-After` within `storeTimeoutMs` + 1 s;
  * - once the server is back the service recovers with no restart: under steady traffic (201
@@ -10,7 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { spawnTs, stopChild, type Child } from '../process.js';
 import { startSilentProxy, type SilentProxy } from '../silent-proxy.js';
 import { requestInit } from '../http.js';
@@ -32,7 +32,7 @@ interface Recovery {
   recoverMs: number;
 }
 
-/** Runs the contract on each entry: one `describe` per client, one test per fault, one service process per client. */
+/** Runs the contract on each entry: one `describe` per client, one test per fault, each on a fresh service process. */
 export function connectionFaultContract(entries: FaultEntry[]): void {
   for (const entry of entries) {
     const skip = process.env[entry.needs] ? false : `needs ${entry.needs}`;
@@ -93,13 +93,18 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
         return { failedBeforeRecovery: failed, recoverMs };
       }
 
+      let via: Record<string, number> = {};
       before(async () => {
-        const via: Record<string, number> = {};
+        via = {};
         for (const server of entry.servers()) {
           const proxy = await startSilentProxy(server);
           proxies.push(proxy);
           via[`${server.host}:${server.port}`] = proxy.port;
         }
+      });
+      /** A fresh service per fault, warmed up, so one fault's damage never shows in the next. */
+      beforeEach(async () => {
+        for (const proxy of proxies) proxy.mode('forward');
         child = spawnTs(APP, {
           FAULT_CLIENT: entry.name,
           FAULT_VIA: JSON.stringify(via),
@@ -110,8 +115,10 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
         url = `http://127.0.0.1:${match[1]}`;
         assert.equal((await alive(send())).status, 201, 'warm-up');
       });
-      after(async () => {
+      afterEach(async () => {
         if (child) await stopChild(child);
+      });
+      after(async () => {
         for (const proxy of proxies) await proxy.close();
         await entry.cleanup(name).catch(() => undefined);
       });
