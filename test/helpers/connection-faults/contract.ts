@@ -3,7 +3,8 @@
  * ./entries.ts, against the service of ./app.ts running as a child process (a fresh one per
  * fault) behind one fault proxy per server. For each fault it checks that
  * - the process never exits (every step races the child's exit, which fails the test with its output);
- * - each request that meets the fault gets 503 with `Retry-After` within `storeTimeoutMs` + 1 s;
+ * - each request that meets the fault gets 503 with `Retry-After` within `storeTimeoutMs` + 1 s
+ *   (or idem's retryable 500 problem, where a phase's transaction broke);
  * - once the server is back the service recovers with no restart: under steady traffic (201
  *   within {@link RECOVER_MS}, then {@link STEADY} in a row) and after an idle spell longer
  *   than the client's timers (the first request after it answers 201).
@@ -13,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { spawnTs, stopChild, type Child } from '../process.js';
 import { startSilentProxy, type SilentProxy } from '../silent-proxy.js';
-import { requestInit } from '../http.js';
+import { PROBLEM, requestInit } from '../http.js';
 import { sleep } from '../wait.js';
 import type { FaultEntry } from './entry.js';
 import { faults, type FaultScene } from './faults.js';
@@ -58,16 +59,20 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
           throw exit ? exitError(exit) : error;
         }
       };
-      const send = async (): Promise<{ status: number; retryAfter: string | null; ms: number }> => {
+      const send = async (path = '/charge'): Promise<{ status: number; retryAfter: string | null; type?: string; ms: number }> => {
         const started = performance.now();
-        const res = await fetch(`${url}/charge`, { ...requestInit({ key: randomUUID(), json: { amount: 1 } }), signal: AbortSignal.timeout(RECOVER_MS) });
-        await res.arrayBuffer();
-        return { status: res.status, retryAfter: res.headers.get('retry-after'), ms: performance.now() - started };
+        const res = await fetch(`${url}${path}`, { ...requestInit({ key: randomUUID(), json: { amount: 1 } }), signal: AbortSignal.timeout(RECOVER_MS) });
+        const text = await res.text();
+        const type = res.headers.get('content-type') === 'application/problem+json' ? (JSON.parse(text) as { type?: string }).type : undefined;
+        return { status: res.status, retryAfter: res.headers.get('retry-after'), type, ms: performance.now() - started };
       };
-      const start503 = async (what: string) => {
-        const r = await alive(send());
-        assert.equal(r.status, 503, `${what}: status`);
-        assert.ok(r.retryAfter, `${what}: Retry-After`);
+      const start503 = async (what: string, path?: string, also500 = false) => {
+        const r = await alive(send(path));
+        if (also500 && r.status === 500) assert.equal(r.type, `${PROBLEM}request-failed-retry`, `${what}: a 500 must be the retryable problem`);
+        else {
+          assert.equal(r.status, 503, `${what}: status`);
+          assert.ok(r.retryAfter, `${what}: Retry-After`);
+        }
         assert.ok(r.ms <= STORE_TIMEOUT_MS + 1000, `${what}: answered after ${Math.round(r.ms)} ms, over storeTimeoutMs + 1 s`);
       };
       const scene: FaultScene = {
@@ -75,6 +80,7 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
         start503,
         expect503: async (what, count = 1) => void (await Promise.all(Array.from({ length: count }, (_, i) => start503(`${what} (${i + 1})`)))),
         idle: (ms) => alive(sleep(ms)),
+        line: async (pattern) => void (await alive(child.waitFor(pattern, RECOVER_MS))),
         idleMs: entry.idleMs,
       };
 
@@ -126,6 +132,7 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
       for (const fault of faults) {
         it(`${fault.name}: the process lives, 503 + Retry-After within storeTimeoutMs + 1 s, recovers under traffic and after idleness`, {
           timeout: 120_000,
+          todo: entry.knownFailures?.[fault.name],
         }, async (t) => {
           await fault.run(scene);
           const traffic = await recovers();

@@ -47,6 +47,11 @@ export interface FaultEntry {
    * idleness wait this long with no traffic.
    */
   idleMs: number;
+  /**
+   * Faults (by `Fault.name`) the client is known to fail for a reason outside idem, with that
+   * reason (an upstream issue): the row runs and is reported as a todo, not a failure.
+   */
+  knownFailures?: Record<string, string>;
   /** Child side: the client, through the proxies, and the store on it (migrated, ready). */
   open(ctx: OpenContext): Promise<OpenedStore>;
   /** Test side: removes what `open` created under `name` (tables, keys). */

@@ -14,8 +14,16 @@ export interface FaultScene {
    * answers 503 with Retry-After within the deadline + 1 s.
    */
   expect503(what: string, count?: number): Promise<void>;
-  /** Sends one request and returns its check, for a request that must be in flight when the fault hits. */
-  start503(what: string): Promise<void>;
+  /**
+   * Sends one request and returns its check, for a request that must be in flight when the
+   * fault hits. `path` `/charge-held` holds the request inside its phase's transaction until
+   * the proxies forward again, printing `in phase <n>` once there. `also500`: idem's retryable
+   * 500 problem (`request-failed-retry`) passes too: a phase whose transaction broke is a failed
+   * attempt of the handler (protocol.md K5), not a store refusing the claim.
+   */
+  start503(what: string, path?: '/charge' | '/charge-held', also500?: boolean): Promise<void>;
+  /** Resolves once the service printed `pattern`. */
+  line(pattern: RegExp): Promise<void>;
   /** Waits `ms` with no traffic. */
   idle(ms: number): Promise<void>;
   /** The entry's idle spell: longer than its client's timers. */
@@ -42,6 +50,21 @@ export const faults: Fault[] = [
       all(scene, (p) => p.mode('stall'));
       const inFlight = scene.start503('the request whose statement was cut');
       await poll(() => (scene.proxies.some((p) => p.held() > 0) ? true : undefined), 10_000, 'a statement in flight');
+      all(scene, (p) => {
+        p.cut();
+        p.mode('forward');
+      });
+      await inFlight;
+    },
+  },
+  {
+    name: "a socket destroyed mid-transaction (the phase's write or its COMMIT)",
+    async run(scene) {
+      const inFlight = scene.start503('the request whose transaction was cut', '/charge-held', true);
+      await scene.line(/in phase/);
+      all(scene, (p) => p.mode('stall'));
+      await scene.line(/phase body done/);
+      await poll(() => (scene.proxies.some((p) => p.held() > 0) ? true : undefined), 10_000, "the phase's statement in flight");
       all(scene, (p) => {
         p.cut();
         p.mode('forward');
