@@ -11,6 +11,8 @@ export interface ExecutionSettings {
   /** The heartbeat stops extending the lease after this many ms, so a hung worker cannot hold a key forever. */
   maxExecutionMs: number;
   onEvent?: ((event: IdempotencyEvent) => void) | undefined;
+  /** This execution's takeover: the attempts failed so far, as the store counted them (protocol.md K21); undefined for a claim or a store that does not count. */
+  failedAttempts?: number | undefined;
   /** Called with the stored response once the finish committed (the replay cache, protocol.md K20). Must not throw. */
   onFinished?: ((response: StoredResponse, phaseResults: PhaseResults) => void) | undefined;
 }
@@ -67,6 +69,13 @@ export class Execution<Tx = unknown> {
   readonly signal: AbortSignal;
   /** Identifies this claim of the key (stable across takeovers); part of every derived key. */
   readonly claimId: string;
+  /**
+   * After a takeover, the attempts on this key that failed so far as the store counts them
+   * (thrown errors counted by {@link countFailure}, and attempts whose lease ran out unreleased,
+   * counted by the takeover itself: protocol.md K21). `undefined` for a fresh claim, or when the
+   * store does not count. A caller with `maxAttempts` gives up at once when it is reached.
+   */
+  readonly failedAttempts: number | undefined;
 
   private readonly ref: KeyRef;
   private readonly results: PhaseResults;
@@ -86,6 +95,7 @@ export class Execution<Tx = unknown> {
   ) {
     this.ref = { ...ref };
     this.claimId = claimId;
+    this.failedAttempts = settings.failedAttempts;
     this.scope = ref.scope;
     this.key = ref.key;
     this.resumedFrom = recoveryPoint;
