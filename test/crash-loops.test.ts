@@ -16,9 +16,11 @@ import pg from 'pg';
 import amqplib from 'amqplib';
 import { spawnTs } from './helpers/process.js';
 import { sleep } from './helpers/wait.js';
-import { consumerTables } from './helpers/consumer-setup.js';
+import { consumerTables, until } from './helpers/consumer-setup.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { REASON_HEADER } from '../src/amqp/index.js';
+import { IdempotencyEngine } from '../src/engine/engine.js';
+import { MemoryStore } from '../src/memory/index.js';
 
 const SCRIPT = fileURLToPath(new URL('./helpers/crash-loop-process.ts', import.meta.url));
 const MAX_ATTEMPTS = 3;
@@ -173,4 +175,32 @@ describe('RabbitMQ consumer crash loop (idem on PostgreSQL)', { skip: DATABASE_U
       });
     }
   }
+});
+
+describe('a release the store missed (protocol.md K21)', () => {
+  it('is tried again in the background, so an outage shorter than the lease does not count as a crashed attempt', async () => {
+    const store = new MemoryStore();
+    let failNext = true;
+    let releases = 0;
+    const release = store.release.bind(store);
+    store.release = async (ref) => {
+      releases++;
+      if (failNext) {
+        failNext = false;
+        throw Object.assign(new Error('connect ECONNRESET'), { code: 'ECONNRESET' });
+      }
+      return release(ref);
+    };
+    const engine = new IdempotencyEngine({ store, leaseMs: 300, heartbeatMs: 0 });
+    const input = { scope: 'orders', key: 'k-1', fingerprint: new Uint8Array(32) };
+    const first = await engine.begin(input);
+    assert.equal(first.kind, 'execute');
+    await assert.rejects(first.execution.release(), /ECONNRESET/);
+    await until(() => releases >= 2, 10_000, 'the release tried again');
+    await sleep(400); // the lease would have run out by now
+    const next = await engine.begin(input);
+    assert.equal(next.kind, 'execute');
+    assert.equal(next.execution.failedAttempts, 0, 'the release landed: the takeover counts no crash');
+    await next.execution.release();
+  });
 });

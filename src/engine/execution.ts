@@ -69,12 +69,7 @@ export class Execution<Tx = unknown> {
   readonly signal: AbortSignal;
   /** Identifies this claim of the key (stable across takeovers); part of every derived key. */
   readonly claimId: string;
-  /**
-   * After a takeover, the attempts on this key that failed so far as the store counts them
-   * (thrown errors counted by {@link countFailure}, and attempts whose lease ran out unreleased,
-   * counted by the takeover itself: protocol.md K21). `undefined` for a fresh claim, or when the
-   * store does not count. A caller with `maxAttempts` gives up at once when it is reached.
-   */
+  /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K21); `undefined` after a claim or when the store does not count. */
   readonly failedAttempts: number | undefined;
 
   private readonly ref: KeyRef;
@@ -238,8 +233,37 @@ export class Execution<Tx = unknown> {
   async release(): Promise<void> {
     if (this.state !== 'open') return;
     this.close('released');
-    const outcome = await this.store.release(this.ref);
+    let outcome: Awaited<ReturnType<IdempotencyStore<Tx>['release']>>;
+    try {
+      outcome = await this.store.release(this.ref);
+    } catch (error) {
+      this.releaseLater();
+      throw error;
+    }
     this.emit(outcome.kind === 'ok' ? 'released' : 'lease-lost');
+  }
+
+  /**
+   * protocol.md K21: a release the store missed (an outage, not the request's failure) is tried
+   * again in the background for two leases, 250 ms doubling to 5 s apart, or the next takeover
+   * would count a crash. Fenced: after a takeover it changes nothing.
+   */
+  private releaseLater(): void {
+    const stopAt = performance.now() + 2 * this.settings.leaseMs;
+    let delayMs = 250;
+    const retry = () => {
+      if (performance.now() + delayMs > stopAt) return;
+      setTimeout(() => {
+        this.store.release(this.ref).then(
+          (outcome) => this.emit(outcome.kind === 'ok' ? 'released' : 'lease-lost'),
+          () => {
+            delayMs = Math.min(5000, delayMs * 2);
+            retry();
+          },
+        );
+      }, delayMs).unref?.();
+    };
+    retry();
   }
 
   /**
