@@ -34,6 +34,9 @@ NONE="-DCRASHES=0 -DTHROWS=0 -DREJECTS=0 -DSTALLS=0"
 CRASH="-DCRASHES=1 -DTHROWS=0 -DREJECTS=0 -DSTALLS=0"
 STALL="-DCRASHES=0 -DTHROWS=0 -DREJECTS=0 -DSTALLS=1"
 THROW="-DCRASHES=0 -DTHROWS=1 -DREJECTS=1 -DSTALLS=0"
+# A handler that kills its process on every attempt (protocol.md K23), with or without a stall.
+LOOP="-DCRASHES=0 -DTHROWS=0 -DREJECTS=0 -DSTALLS=0 -DCRASH_LOOP"
+LOOP_STALL="-DCRASHES=0 -DTHROWS=0 -DREJECTS=0 -DSTALLS=1 -DCRASH_LOOP"
 
 # Runs go two at a time (MODEL_JOBS); each writes its line to $work/<name>.line.
 jobs_max="${MODEL_JOBS:-2}"
@@ -117,6 +120,9 @@ spawn real-callfirst-stall safety pass $STALL -DCALL_FIRST
 spawn live-none            live   pass $NONE
 spawn live-throw           live   pass -DCRASHES=0 -DTHROWS=1 -DREJECTS=0 -DSTALLS=0
 spawn live-reject          live   pass -DCRASHES=0 -DTHROWS=0 -DREJECTS=1 -DSTALLS=0
+spawn real-crashloop       safety pass $LOOP
+spawn real-crashloop-stall safety pass $LOOP_STALL
+spawn live-crashloop       live   pass $LOOP
 spawn MUT_NO_FENCE              safety fail $STALL -DMUT_NO_FENCE
 spawn MUT_FINISH_NO_FENCE       safety fail $STALL -DMUT_FINISH_NO_FENCE
 spawn MUT_NO_CAS                safety fail $STALL -DMUT_NO_CAS
@@ -127,6 +133,8 @@ spawn MUT_ROW_TOKEN             safety fail $STALL -DMUT_ROW_TOKEN
 spawn MUT_REPLACE_KEEPS_REQUEST safety fail $STALL -DMUT_REPLACE_KEEPS_REQUEST
 spawn MUT_COMPLETER_DISCARD_ANY safety fail $CRASH -DCALL_FIRST -DMUT_COMPLETER_DISCARD_ANY
 spawn MUT_COMPLETER_STALE_DISCARD safety fail $STALL -DCALL_FIRST -DMUT_COMPLETER_STALE_DISCARD
+spawn MUT_TAKEOVER_UNCOUNTED    safety fail $LOOP  -DMUT_TAKEOVER_UNCOUNTED
+spawn MUT_COUNT_RELEASED        safety fail $THROW -DMUT_COUNT_RELEASED
 wait
 
 failures=0

@@ -1,11 +1,13 @@
 /**
- * The consumer chaos harness (issue 15) on real RabbitMQ and PostgreSQL: `messages` messages,
+ * The consumer chaos harness (issue 15) on real RabbitMQ or NATS JetStream and PostgreSQL: `messages` messages,
  * each published twice (the copies shuffled in), consumed by `workers` processes
  * (`consumer-worker.ts`) that are SIGKILLed and restarted, kill themselves after a commit and
  * before the ack (2 % of acks), and one of which is frozen (SIGSTOP) past its lease and the AMQP
  * heartbeat; an `OutboxRelay` publishes the events with confirms. Then it counts invoice rows,
- * PSP charges and outbox events per message. The naive mode runs the same input through
- * consumers without idem (and no faults).
+ * PSP charges and outbox events per message. With `crashLoops`, that many more messages are
+ * poison: their handler kills its process (exit or SIGKILL) on every delivery, and must be
+ * dead-lettered after at most `maxAttempts` runs (protocol.md K23). The naive mode runs the same
+ * input through consumers without idem (and no faults).
  * Used by test/consumer-chaos.test.ts (short) and bench/chaos/consumer.ts (`npm run chaos -- --consumer rabbitmq`).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -16,12 +18,19 @@ import { fileURLToPath } from 'node:url';
 import amqplib from 'amqplib';
 import pg from 'pg';
 import { amqpPublisher } from '../../src/amqp/index.js';
+import { natsBroker } from './consumer-nats.js';
 import { Outbox, OutboxRelay, PostgresStore } from '../../src/postgres/index.js';
 
 /** Options of {@link runConsumerChaos}. */
 export interface ConsumerChaosOptions {
   databaseUrl: string;
   mode: 'idem' | 'naive';
+  /** @default 'rabbitmq' */
+  broker?: 'rabbitmq' | 'nats';
+  /** Poison messages whose handler kills its process on every delivery (idem mode). @default 0 */
+  crashLoops?: number;
+  /** The consumers' `maxAttempts`. @default 5 with crash loops, else 1000 (kills alone never dead-letter) */
+  maxAttempts?: number;
   messages: number;
   /** @default 3 */
   workers?: number;
@@ -43,6 +52,10 @@ export interface ConsumerChaosResult {
   outbox: { duplicated: number; missing: number };
   /** False when the run hit its timeout before every message finished. */
   finished: boolean;
+  /** Dead-lettered messages: poison ones (expected: all) and others (killed `maxAttempts` times). */
+  deadLettered: { crashLoops: number; others: number };
+  /** The most handler runs of one poison message (at most `maxAttempts`). */
+  crashLoopRuns: number;
 }
 
 const WORKER = fileURLToPath(new URL('./consumer-worker.ts', import.meta.url));
@@ -52,9 +65,15 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
   const workersCount = options.workers ?? 3;
   const killEveryMs = options.killEveryMs ?? 200;
   const timeoutMs = options.timeoutMs ?? 180_000;
+  const broker = options.broker ?? 'rabbitmq';
+  const crashLoops = options.mode === 'idem' ? (options.crashLoops ?? 0) : 0;
+  const maxAttempts = options.maxAttempts ?? (crashLoops > 0 ? 5 : 1000);
   const pool = new pg.Pool({ connectionString: options.databaseUrl, max: 8 });
   const connection = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
   const channel = await connection.createConfirmChannel();
+  const nats = broker === 'nats' ? await natsBroker() : undefined;
+  const dead = new Set<string>();
+  const runs = new Map<string, number>();
   const children = new Set<ChildProcess>();
   const relayAbort = new AbortController();
   const table = `idem_chaos_${randomBytes(5).toString('hex')}`;
@@ -70,9 +89,11 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
     await pool.query(`CREATE TABLE ${table}_psp (idempotency_key text PRIMARY KEY, message_id text NOT NULL)`);
     await channel.assertQueue(queue, { durable: false });
     await channel.assertQueue(events, { durable: false });
+    await channel.assertQueue(`${queue}.dead`, { durable: false });
+    await nats?.setUp(queue, events);
 
     const start = async (): Promise<ChildProcess> => {
-      const child = spawn(process.execPath, ['--import', 'tsx', WORKER, options.mode, queue, table, events], {
+      const child = spawn(process.execPath, ['--import', 'tsx', WORKER, options.mode, queue, table, events, broker, String(maxAttempts)], {
         env: { ...process.env, DATABASE_URL: options.databaseUrl },
         stdio: ['ignore', 'pipe', 'inherit'],
       });
@@ -80,7 +101,12 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
       child.once('exit', () => children.delete(child));
       await new Promise<void>((resolve, reject) => {
         child.once('exit', (code, signal) => reject(new Error(`chaos consumer exited early (${code ?? signal})`)));
-        createInterface({ input: child.stdout! }).on('line', (line) => line === 'READY' && resolve());
+        createInterface({ input: child.stdout! }).on('line', (line) => {
+          if (line === 'READY') resolve();
+          const [what, id] = line.split(' ');
+          if (what === 'DEAD' && id) dead.add(id);
+          if (what === 'RUN' && id) runs.set(id, (runs.get(id) ?? 0) + 1);
+        });
       });
       return child;
     };
@@ -88,18 +114,19 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
     for (let i = 0; i < workersCount; i++) workers.push(await start());
     const relay =
       options.mode === 'idem'
-        ? new OutboxRelay({ outbox, publish: amqpPublisher(channel), batchSize: 50 }).run({ signal: relayAbort.signal, idleMs: 100 })
+        ? new OutboxRelay({ outbox, publish: nats ? nats.publisher : amqpPublisher(channel), batchSize: 50 }).run({ signal: relayAbort.signal, idleMs: 100 })
         : Promise.resolve();
 
     const ids = Array.from({ length: options.messages }, () => randomUUID());
-    const publish = amqpPublisher(channel);
-    const sends = [...ids, ...ids].sort(() => Math.random() - 0.5);
+    const poison = Array.from({ length: crashLoops }, () => `poison-${randomUUID()}`);
+    const publish = nats ? nats.publishCopy : amqpPublisher(channel);
+    const sends = [...ids, ...ids, ...poison].sort(() => Math.random() - 0.5);
     for (const id of sends) await publish({ id, destination: queue, body: new TextEncoder().encode(id), contentType: 'text/plain' });
 
     const count = async (sql: string) => Number((await pool.query(sql)).rows[0]!.n);
     const done =
       options.mode === 'idem'
-        ? async () => (await count(`SELECT count(*)::int AS n FROM ${table} WHERE state = 'done'`)) === options.messages
+        ? async () => (await count(`SELECT count(*)::int AS n FROM ${table} WHERE state = 'done'`)) + dead.size >= options.messages + crashLoops
         : async () => (await count(`SELECT count(*)::int AS n FROM ${table}_effects`)) >= 2 * options.messages;
     let kills = 0;
     let freezes = 0;
@@ -111,6 +138,8 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
       }
       await new Promise((r) => setTimeout(r, killEveryMs));
       if (options.mode === 'naive') continue;
+      // A poison message's handler killed its worker: restart it, as a supervisor would.
+      for (let j = 0; j < workers.length; j++) if (workers[j]!.exitCode !== null || workers[j]!.signalCode !== null) workers[j] = await start();
       const i = Math.floor(Math.random() * workers.length);
       const victim = workers[i]!;
       const alive = victim.exitCode === null && victim.signalCode === null;
@@ -135,7 +164,8 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
     const perMessage = async (sql: string) => {
       const rows = (await pool.query(sql)).rows as Array<{ id: string; n: number }>;
       const map = new Map(rows.map((r) => [r.id, Number(r.n)]));
-      return { duplicated: [...map.values()].filter((n) => n > 1).length, missing: ids.filter((id) => !map.has(id)).length };
+      // A message dead-lettered (killed maxAttempts times) is not lost: it waits in the dead-letter queue.
+      return { duplicated: [...map.values()].filter((n) => n > 1).length, missing: ids.filter((id) => !map.has(id) && !dead.has(id)).length };
     };
     return {
       messages: options.messages,
@@ -143,6 +173,8 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
       freezes,
       seconds: (performance.now() - started) / 1000,
       finished,
+      deadLettered: { crashLoops: poison.filter((id) => dead.has(id)).length, others: ids.filter((id) => dead.has(id)).length },
+      crashLoopRuns: Math.max(0, ...poison.map((id) => runs.get(id) ?? 0)),
       invoices: await perMessage(`SELECT message_id AS id, count(*)::int AS n FROM ${table}_effects GROUP BY 1`),
       charges: await perMessage(`SELECT message_id AS id, count(*)::int AS n FROM ${table}_psp GROUP BY 1`),
       outbox:
@@ -156,7 +188,8 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
       child.kill('SIGCONT');
       child.kill('SIGKILL');
     }
-    for (const q of [queue, events, `${queue}.idem-retry`]) await channel.deleteQueue(q).catch(() => undefined);
+    for (const q of [queue, events, `${queue}.idem-retry`, `${queue}.dead`]) await channel.deleteQueue(q).catch(() => undefined);
+    await nats?.tearDown();
     await connection.close().catch(() => undefined);
     for (const t of [`${table}_effects`, `${table}_psp`, `${table}_outbox`, `${table}_blobs`, table])
       await pool.query(`DROP TABLE IF EXISTS ${t}`).catch(() => undefined);

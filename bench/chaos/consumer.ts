@@ -1,8 +1,11 @@
 /**
- * The long consumer chaos run (issue 15): `npm run chaos -- --consumer rabbitmq [--messages 10000]`
- * (or `tsx bench/chaos/consumer.ts`). Runs bench/chaos/consumer-harness.ts with idem, then the
- * naive baseline, and prints the figures for docs/reliability.md. Exits 1 when an idem invariant
- * failed or the naive run showed no duplicates. Needs DATABASE_URL and RabbitMQ on 5672.
+ * The long consumer chaos run (issue 15): `npm run chaos -- --consumer rabbitmq|nats [--messages
+ * 10000] [--crash-loops 20]` (or `tsx bench/chaos/consumer.ts`). Runs
+ * bench/chaos/consumer-harness.ts with idem, then the naive baseline (RabbitMQ), and prints the
+ * figures for docs/reliability.md. With crash loops (default 1 % of the messages, at least 5),
+ * that many poison messages kill their consumer on every delivery and must be dead-lettered
+ * after at most `maxAttempts` (5) runs (protocol.md K23). Exits 1 when an idem invariant failed
+ * or the naive run showed no duplicates. Needs DATABASE_URL, RabbitMQ on 5672 (and NATS on 4222).
  */
 import { parseArgs } from 'node:util';
 import { runConsumerChaos } from './consumer-harness.js';
@@ -13,10 +16,12 @@ const { values } = parseArgs({
     messages: { type: 'string', default: '10000' },
     'naive-messages': { type: 'string', default: '500' },
     'kill-every-ms': { type: 'string', default: '200' },
+    'crash-loops': { type: 'string' },
   },
 });
-if (values.consumer !== 'rabbitmq') {
-  console.error('only --consumer rabbitmq is implemented (NATS JetStream: not yet)');
+const broker = values.consumer;
+if (broker !== 'rabbitmq' && broker !== 'nats') {
+  console.error('--consumer takes rabbitmq or nats');
   process.exit(2);
 }
 const databaseUrl = process.env.DATABASE_URL;
@@ -25,16 +30,32 @@ if (!databaseUrl) {
   process.exit(2);
 }
 const messages = Number(values.messages);
-const idem = await runConsumerChaos({ databaseUrl, mode: 'idem', messages, killEveryMs: Number(values['kill-every-ms']), timeoutMs: 3_600_000 });
+const crashLoops = Number(values['crash-loops'] ?? Math.max(5, Math.round(messages / 100)));
+const idem = await runConsumerChaos({
+  databaseUrl,
+  mode: 'idem',
+  broker,
+  messages,
+  crashLoops,
+  killEveryMs: Number(values['kill-every-ms']),
+  timeoutMs: 3_600_000,
+});
 const naive = await runConsumerChaos({ databaseUrl, mode: 'naive', messages: Number(values['naive-messages']), timeoutMs: 600_000 });
 const cell = (x: { duplicated: number; missing: number }) => `${x.duplicated} / ${x.missing}`;
-console.log('| run | messages × copies | kills | freezes | seconds | invoices dup / lost | PSP charges dup / lost | outbox events dup / lost |');
-console.log('|---|---|---|---|---|---|---|---|');
 console.log(
-  `| idem | ${idem.messages} × 2 | ${idem.kills} | ${idem.freezes} | ${idem.seconds.toFixed(0)} | ${cell(idem.invoices)} | ${cell(idem.charges)} | ${cell(idem.outbox)} |`,
+  '| run | broker | messages × copies | crash loops | kills | freezes | seconds | invoices dup / lost | PSP charges dup / lost | outbox events dup / lost | dead-lettered: crash loops / others | most runs of a crash loop |',
+);
+console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+console.log(
+  `| idem | ${broker} | ${idem.messages} × 2 | ${crashLoops} | ${idem.kills} | ${idem.freezes} | ${idem.seconds.toFixed(0)} | ${cell(idem.invoices)} | ${cell(idem.charges)} | ${cell(idem.outbox)} | ${idem.deadLettered.crashLoops} / ${idem.deadLettered.others} | ${idem.crashLoopRuns} |`,
 );
 console.log(
-  `| naive | ${naive.messages} × 2 | 0 | 0 | ${naive.seconds.toFixed(0)} | ${cell(naive.invoices)} | ${cell(naive.charges)} | (published directly) |`,
+  `| naive | rabbitmq | ${naive.messages} × 2 | 0 | 0 | 0 | ${naive.seconds.toFixed(0)} | ${cell(naive.invoices)} | ${cell(naive.charges)} | (published directly) | 0 / 0 | |`,
 );
-const ok = idem.finished && [idem.invoices, idem.charges, idem.outbox].every((x) => x.duplicated === 0 && x.missing === 0) && naive.invoices.duplicated > 0;
+const ok =
+  idem.finished &&
+  [idem.invoices, idem.charges, idem.outbox].every((x) => x.duplicated === 0 && x.missing === 0) &&
+  idem.deadLettered.crashLoops === crashLoops &&
+  idem.crashLoopRuns <= 5 &&
+  naive.invoices.duplicated > 0;
 process.exit(ok ? 0 : 1);

@@ -30,7 +30,7 @@ Options:
   --store <name>       postgres (default) or redis: claims and replays in Redis (REDIS_URL)
   -h, --help           print this help
 `;
-// `npm run chaos -- --consumer rabbitmq`: the queue consumer's run instead (bench/chaos/consumer.ts),
+// `npm run chaos -- --consumer rabbitmq|nats`: the queue consumer's run instead (bench/chaos/consumer.ts),
 // which exits the process when done.
 if (process.argv.some((a) => a === '--consumer' || a.startsWith('--consumer='))) await import('./consumer.js');
 

@@ -15,8 +15,9 @@
  * process ticks nondeterministically. `locked_until <= now()` is `lease == 0`,
  * `created_at <= now() - retention` is `age >= RET`.
  *
- * Compile-time switches: mutants (MUT_*, each must yield a counterexample, see the README)
- * and CALL_FIRST (the handler calls the PSP before its local phase).
+ * Compile-time switches: mutants (MUT_*, each must yield a counterexample, see the README),
+ * CALL_FIRST (the handler calls the PSP before its local phase) and CRASH_LOOP (the handler
+ * kills its process on every attempt, protocol.md K23).
  */
 
 /* ---------- bounds ----------
@@ -37,6 +38,7 @@
 #define STALLS   1   /* leases that run out while their worker is alive (a slow worker) */
 #endif
 #define HBS      1   /* heartbeats per execution (maxExecutionMs caps them) */
+#define MAXATT   2   /* maxAttempts: failed attempts after which a taker gives up (protocol.md K23) */
 #define MAXC     20  /* claim ids and tokens are < MAXC (asserted) */
 
 #define NOH      255 /* no holder */
@@ -57,6 +59,8 @@ typedef Row {
   byte req;      /* request snapshot: 0 NULL, else fingerprint + 1 of the request saved */
   byte resp;     /* response: 0 NULL, else the claim id of the finish that stored it */
   byte respfp;   /* fingerprint + 1 of the request whose handler produced the response */
+  byte failed;   /* failed_attempts: leases taken over that ran out unreleased (protocol.md K23) */
+  bit  rel;      /* released: set by `release`, cleared by the next takeover */
 }
 Row row;
 
@@ -79,6 +83,8 @@ byte reqclaim[2];         /* per request (fingerprint): the claim its PSP charge
 bit  retired[MAXC];       /* the claim was ended by retention (replaced or swept) */
 bit  finished[MAXC];      /* a finish committed for the claim */
 bit  answered[3];         /* the client has its final answer */
+byte runs;                /* handler runs on the key (CRASH_LOOP: each one kills its process) */
+byte unreleased;          /* executions that ended without a release: crashes, stalls, crash loops */
 
 /* ---------- the store's statements ---------- */
 
@@ -113,7 +119,8 @@ bit  answered[3];         /* the client has its final answer */
 
 /* A deleted row: every column cleared (keeps the state vector canonical). */
 #define DELETE_ROW  row.present = 0; row.state = 0; row.fp = 0; row.rp = 0; row.tok = 0; row.claim = 0; \
-                    row.lease = 0; row.age = 0; row.req = 0; row.resp = 0; row.respfp = 0; holder = NOH
+                    row.lease = 0; row.age = 0; row.req = 0; row.resp = 0; row.respfp = 0; \
+                    row.failed = 0; row.rel = 0; holder = NOH
 
 /* What the holder learns from a claim, takeover or replacement (RETURNING ...). */
 #define HOLD(me)   holder = me; alive[me] = 1; tok = row.tok; cl = row.claim; rp = row.rp; hb = HBS
@@ -121,7 +128,7 @@ bit  answered[3];         /* the client has its final answer */
 /* ---------- atomic steps shared by workers and the completer ----------
  * Every step that can be preceded by a crash of the process offers it as one more choice:
  * CRASH(me) -- the process dies before the statement; nothing more is written by it. */
-#define CRASH(me)  :: crashes > 0 -> crashes--; alive[me] = 0; goto crashed
+#define CRASH(me)  :: crashes > 0 -> crashes--; unreleased++; alive[me] = 0; goto crashed
 
 /* Execution.phase / Execution.call -> PostgresStore.commit -> sql `recordPhase` (protocol.md
  * Q4, K4): the local effect and the recovery point in one transaction, committed only if the
@@ -151,7 +158,7 @@ inline psp_call(me, fpx) {
     :: throws > 0 ->
        throws--;
        if
-       :: FENCE(tok) -> assert(holder == me); row.lease = 0
+       :: FENCE(tok) -> assert(holder == me); row.lease = 0; row.rel = 1
        :: else -> skip
        fi;
        alive[me] = 0; goto lost
@@ -176,7 +183,7 @@ inline discard(me) {
   atomic {
     if
     :: FENCE(tok) && row.rp == 0 -> assert(holder == me); DELETE_ROW
-    :: FENCE(tok) && row.rp != 0 -> assert(holder == me); row.lease = 0
+    :: FENCE(tok) && row.rp != 0 -> assert(holder == me); row.lease = 0; row.rel = 1
     :: else -> skip
     fi;
     alive[me] = 0
@@ -231,13 +238,31 @@ inline call_step(me, fpx) {
  * the response stored, lease cleared, in the last transaction. `answered`: the response
  * reached the client, unless the process died right after the commit. */
 inline work(me, fpx) {
+#ifdef CRASH_LOOP
+  atomic { runs++; assert(runs <= MAXATT) }   /* a crash loop ends at maxAttempts (protocol.md K23) */
+#endif
 #ifndef CALL_FIRST
   local_step(me);
+#ifdef CRASH_LOOP
+  /* the handler kills its process on every attempt, after its local phase: no release */
+  atomic { unreleased++; alive[me] = 0; goto crashed };
+#endif
   call_step(me, fpx);
 #else
   call_step(me, fpx);
   local_step(me);
 #endif
+  finish_key(me, fpx)
+}
+
+/* HttpIdempotency.endCrashLoop / IdempotentConsumer.run (protocol.md K23): a taker that finds
+ * maxAttempts failed attempts does not run the handler; it finishes the key with the stored
+ * permanent problem (the consumer dead-letters; modelled as the HTTP finish). */
+inline give_up(me, fpx) {
+  finish_key(me, fpx)
+}
+
+inline finish_key(me, fpx) {
   atomic {
     if
     CRASH(me);
@@ -264,12 +289,26 @@ inline work(me, fpx) {
 #define TAKEOVER_OK(t)  (row.present && row.tok == t && row.state == STARTED && row.lease == 0)
 #endif
 
+/* The count in sql `takeOver` (protocol.md K23): `failed_attempts + CASE WHEN released THEN 0
+ * ELSE 1 END, released = false`. MUT_TAKEOVER_UNCOUNTED: no count (the old takeover);
+ * MUT_COUNT_RELEASED: a released key counted too. */
+#if defined(MUT_TAKEOVER_UNCOUNTED)
+#define COUNT_TAKEOVER  row.rel = 0
+#elif defined(MUT_COUNT_RELEASED)
+#define COUNT_TAKEOVER  row.failed++; row.rel = 0
+#else
+#define COUNT_TAKEOVER  if :: !row.rel -> row.failed++ :: else -> skip fi; row.rel = 0
+#endif
+
 inline take_over(me, t) {
   atomic {
     if
     :: TAKEOVER_OK(t) ->
        assert(row.lease == 0);                 /* no live lease is taken over */
        NEWTOK(false); row.lease = LEASE;
+       COUNT_TAKEOVER;
+       assert(row.failed <= unreleased);       /* only an end without release counts (K23) */
+       fails = row.failed;                     /* RETURNING failed_attempts */
        HOLD(me); t = 0; took = 1
     :: else -> t = 0; took = 0                 /* lost: another worker was first */
     fi
@@ -284,7 +323,7 @@ inline take_over(me, t) {
                           row.state == STARTED && row.lease > 0 && row.fp == fp)
 
 proctype Worker(byte me; bit fp) {
-  byte tok, cl, rp, hb;
+  byte tok, cl, rp, hb, fails;
   bit took;
   byte s_tok;
 
@@ -301,8 +340,8 @@ begin:
     :: !row.present ->
        row.present = 1; row.state = STARTED; row.fp = fp; row.rp = 0;
        NEWTOK(true); NEWCLAIM; row.lease = LEASE; row.age = 0;
-       row.req = 0; row.resp = 0; row.respfp = 0;
-       HOLD(me); goto claimed
+       row.req = 0; row.resp = 0; row.respfp = 0; row.failed = 0; row.rel = 0; runs = 0;
+       HOLD(me); fails = 0; goto claimed
     /* retention_expired AND lease_expired: the row counts as absent (protocol.md K6) */
     :: row.present && row.age >= RET && row.lease == 0 -> s_tok = row.tok; goto replace
     :: row.present && !(row.age >= RET && row.lease == 0) ->
@@ -344,7 +383,8 @@ takeover:
   /* IdempotencyEngine.begin 'take-over' -> IdempotencyEngine.takeOver -> sql `takeOver` */
   take_over(me, s_tok);
   if
-  :: took -> goto claimed
+  :: took && fails >= MAXATT -> give_up(me, fp); answered[me] = 1; goto finish
+  :: took && fails < MAXATT -> goto claimed
   :: else -> goto begin                        /* the engine claims again */
   fi;
 
@@ -358,11 +398,11 @@ replace:
        retired[row.claim] = 1;
        row.fp = fp; row.state = STARTED; row.rp = 0; row.lease = LEASE;
        NEWTOK(false); NEWCLAIM; row.age = 0;
-       row.resp = 0; row.respfp = 0;
+       row.resp = 0; row.respfp = 0; row.failed = 0; row.rel = 0; runs = 0;
 #ifndef MUT_REPLACE_KEEPS_REQUEST
        row.req = 0;                             /* request = NULL */
 #endif
-       HOLD(me); s_tok = 0; goto claimed
+       HOLD(me); fails = 0; s_tok = 0; goto claimed
     :: else -> s_tok = 0; goto begin            /* changed in between: claim again */
     fi
   };
@@ -398,7 +438,7 @@ finish:
 /* ---------- the completer (src/http/completer.ts Completer.pass / drive) ---------- */
 
 active proctype Completer() {
-  byte tok, cl, rp, hb;
+  byte tok, cl, rp, hb, fails;
   bit took;
   byte c_tok, c_rp, c_req;
   bit fpx;
@@ -456,12 +496,16 @@ end_idle:
      fi;
      /* HttpIdempotency.resume with the stored request */
      fpx = c_req - 1;
+     if
+     :: fails >= MAXATT -> give_up(COMPLETER, fpx); goto next
+     :: else -> skip
+     fi;
      work(COMPLETER, fpx);
      goto next;
 lost:
 crashed:
 next:
-     atomic { c_tok = 0; c_rp = 0; c_req = 0; fpx = 0; tok = 0; cl = 0; rp = 0; hb = 0; took = 0 }
+     atomic { c_tok = 0; c_rp = 0; c_req = 0; fpx = 0; tok = 0; cl = 0; rp = 0; hb = 0; took = 0; fails = 0 }
   od
 }
 
@@ -492,11 +536,16 @@ end_idle:
 active proctype Clock() {
 end_idle:
   do
+#ifndef CRASH_LOOP
   :: atomic { row.present && row.age < RET -> row.age++ }
+#endif
+  /* CRASH_LOOP: the row does not age. Past retention a key is a new request with a new count
+   * (protocol.md K6); retention (24 h) outlasts maxAttempts leases by far, and a row that aged
+   * out in the loop would start an unbounded number of claims (tokens). */
   /* a lease runs out: freely when its holder is gone, or (STALLS times) under a live but
    * slow worker */
   :: atomic { row.present && row.lease > 0 && (row.lease > 1 || holder == NOH || !alive[holder]) -> row.lease-- }
-  :: atomic { row.present && row.lease == 1 && holder != NOH && alive[holder] && stalls > 0 -> stalls--; row.lease = 0 }
+  :: atomic { row.present && row.lease == 1 && holder != NOH && alive[holder] && stalls > 0 -> stalls--; unreleased++; row.lease = 0 }
   od
 }
 

@@ -58,7 +58,9 @@ export interface AmqpConsumer {
  * - `ack`: `basic.ack`, sent only after the key's finish committed;
  * - `retry`: a copy (same id, body, headers, plus `x-idem-attempt`) is published to the retry
  *   queue with the delay as its TTL and confirmed, then the original is acked; if the copy is
- *   not confirmed, nothing is acked and the broker redelivers the original;
+ *   not confirmed, nothing is acked and the broker redelivers the original. A duplicate whose
+ *   key is in progress (reason `in-progress`, a short delay) is instead held unacked for its
+ *   delay and requeued with `basic.nack`; other deliveries go on meanwhile;
  * - `dead-letter`: a copy to `deadLetter` (confirmed) then ack, or a reject without requeue.
  *
  * The delivery count comes from the `x-idem-attempt` header of retried copies plus the
@@ -98,6 +100,14 @@ export async function consumeAmqp<Tx>(options: AmqpConsumeOptions<Tx>): Promise<
     const ch = channel;
     if (disposition.action === 'ack') {
       ch.ack(msg);
+      return;
+    }
+    if (disposition.action === 'retry' && disposition.reason === 'in-progress') {
+      // A duplicate in flight (protocol.md K18): held for its short delay, then requeued to the
+      // same queue. Not a copy through the retry queue, where a short TTL would wait behind the
+      // long ones at its head (RabbitMQ expires per-message TTLs only there).
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, disposition.delayMs)));
+      ch.nack(msg, false, true);
       return;
     }
     if (disposition.action === 'retry') {

@@ -28,6 +28,15 @@ export type ConsumerOptions<Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } |
    * @default 1000 × 2^(attempt − 1), at most 60 000
    */
   retryDelayMs?: number | ((attempt: number) => number);
+  /**
+   * A duplicate delivery whose key another consumer is working on (`protocol.md K18`): with a
+   * store that can wake waiters (`subscribe`, e.g. `PostgresStore` with `notify: true`) it waits
+   * for the result (at most the lease) and is acked as a duplicate once the first copy finished;
+   * with any other store it goes back to the broker after this delay in ms, by attempt (1-based),
+   * never past the lease's end. Either way the consumer's other deliveries go on.
+   * @default 100 × 2^(attempt − 1), at most 5 000
+   */
+  inProgressDelayMs?: number | ((attempt: number) => number);
 };
 
 const DEFAULT_MAX_ATTEMPTS = 5;
@@ -61,6 +70,7 @@ export class IdempotentConsumer<Tx = unknown> {
   readonly maxAttempts: number;
   private readonly keyOf: (message: ConsumedMessage) => string;
   private readonly retryDelay: (attempt: number) => number;
+  private readonly inProgressDelay: (attempt: number) => number;
 
   /** @throws {InvalidOptionError} for a missing store or scope, or out-of-range numbers. */
   constructor(options: ConsumerOptions<Tx>) {
@@ -78,6 +88,10 @@ export class IdempotentConsumer<Tx = unknown> {
     const delay = options.retryDelayMs;
     if (typeof delay === 'number' && !(delay >= 0)) throw new InvalidOptionError('idem: retryDelayMs must be >= 0');
     this.retryDelay = typeof delay === 'function' ? delay : typeof delay === 'number' ? () => delay : (n) => Math.min(60_000, 1000 * 2 ** Math.max(0, n - 1));
+    const inProgress = options.inProgressDelayMs;
+    if (typeof inProgress === 'number' && !(inProgress >= 0)) throw new InvalidOptionError('idem: inProgressDelayMs must be >= 0');
+    this.inProgressDelay =
+      typeof inProgress === 'function' ? inProgress : typeof inProgress === 'number' ? () => inProgress : (n) => Math.min(5000, 100 * 2 ** Math.max(0, n - 1));
   }
 
   /**
@@ -100,7 +114,9 @@ export class IdempotentConsumer<Tx = unknown> {
     const attempt = message.attempt ?? 1;
     let begun: Awaited<ReturnType<IdempotencyEngine<Tx>['begin']>>;
     try {
-      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print });
+      // protocol.md K18: a duplicate in flight waits for the result where the store can wake
+      // it (the engine asks `subscribe`, so a store gaining it later waits too), else comes back soon.
+      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print, waitMs: this.engine.leaseMs });
     } catch (error) {
       if (error instanceof InvalidKeyError || error instanceof InvalidScopeError) {
         return { action: 'dead-letter', reason: 'invalid-message', error };
@@ -114,14 +130,23 @@ export class IdempotentConsumer<Tx = unknown> {
       case 'mismatch':
         return { action: 'dead-letter', reason: 'mismatch' };
       case 'in-progress':
-        // The holder acks its own delivery; this one comes back once the lease could have ended.
-        return { action: 'retry', reason: 'in-progress', delayMs: Math.max(1, begun.retryAfterMs) };
+        // The holder acks its own delivery; this one comes back soon (the holder is likely done
+        // by then), never later than the lease's end (a crashed holder is then taken over).
+        return { action: 'retry', reason: 'in-progress', delayMs: Math.max(1, Math.min(begun.retryAfterMs, this.inProgressDelay(attempt))) };
       case 'execute':
         return this.run(begun.execution, message, attempt, handler);
     }
   }
 
   private async run(execution: Execution<Tx>, message: ConsumedMessage, attempt: number, handler: MessageHandler<Tx>): Promise<Disposition> {
+    const failed = execution.failedAttempts;
+    if (failed !== undefined && failed >= this.maxAttempts && attempt > 1) {
+      // protocol.md K23: the store counted the takeovers of leases that ran out unreleased (a
+      // handler that kills its process on every delivery); the handler does not run again. A
+      // fresh publish of the id (attempt 1: a re-drive from the dead-letter queue) gets one more run.
+      await execution.release().catch(() => undefined);
+      return { action: 'dead-letter', reason: 'max-attempts' };
+    }
     const ctx = new MessageContext<Tx>(message, execution);
     try {
       await handler(ctx);

@@ -1,4 +1,5 @@
 import type { Execution } from '../engine/execution.js';
+import { ExecutionContext } from '../engine/execution-context.js';
 import type { ConsumedMessage } from './types.js';
 
 /**
@@ -7,7 +8,7 @@ import type { ConsumedMessage } from './types.js';
  *
  * @typeParam Tx the store's transaction handle (a SQL client for the PostgreSQL store).
  */
-export class MessageContext<Tx = unknown> {
+export class MessageContext<Tx = unknown> extends ExecutionContext<Tx> {
   /** @internal the value `complete` stored, when it ran */
   completed: { result: unknown } | undefined;
 
@@ -15,44 +16,14 @@ export class MessageContext<Tx = unknown> {
   constructor(
     /** The message as the broker adapter handed it over. */
     readonly message: ConsumedMessage,
-    /** The execution: atomic phases, external calls, lease. */
-    readonly execution: Execution<Tx>,
-  ) {}
+    execution: Execution<Tx>,
+  ) {
+    super(execution);
+  }
 
-  /** The message's key (its id, or what the consumer's `key` option made of it). */
-  get key(): string {
-    return this.execution.key;
-  }
-  /** The scope (queue, consumer group) the key lives in. */
-  get scope(): string {
-    return this.execution.scope;
-  }
   /** Which delivery this is, 1-based, as counted by the broker. */
   get attempt(): number {
     return this.message.attempt ?? 1;
-  }
-  /** True when this delivery took over from a crashed or failed one and resumes after its last phase. */
-  get resumed(): boolean {
-    return this.execution.resumed;
-  }
-  /** Aborted when the lease is lost to another consumer. */
-  get signal(): AbortSignal {
-    return this.execution.signal;
-  }
-
-  /** See {@link Execution.phase}: local effects committed with the recovery point (`protocol.md K4`). */
-  phase<T>(name: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
-    return this.execution.phase(name, fn);
-  }
-
-  /** See {@link Execution.call}: an external call with a derived key, its result recorded (`protocol.md K11`). */
-  call<T>(name: string, fn: (derivedKey: string, signal: AbortSignal) => Promise<T>): Promise<T> {
-    return this.execution.call(name, fn);
-  }
-
-  /** See {@link Execution.derivedKey}. */
-  derivedKey(name: string): string {
-    return this.execution.derivedKey(name);
   }
 
   /**

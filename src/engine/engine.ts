@@ -72,6 +72,12 @@ export interface BeginInput {
   key: string;
   /** SHA-256 of the canonical request (see `fingerprint`), 32 bytes. */
   fingerprint: Uint8Array;
+  /**
+   * How long, in ms, this caller waits for an in-progress key (protocol.md K17), in place of the
+   * engine's `inProgress.wait`; at most `leaseMs`. `0` when the store cannot wake waiters (no
+   * `subscribe`), so a caller may ask for it whatever the store (a queue consumer, K18).
+   */
+  waitMs?: number;
 }
 
 /** Outcome of {@link IdempotencyEngine.begin}. */
@@ -185,6 +191,8 @@ export class IdempotencyEngine<Tx = unknown> {
     if (!(input.fingerprint instanceof Uint8Array) || input.fingerprint.length !== 32) {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
+    const waitMs =
+      input.waitMs === undefined ? this.waitMs : typeof this.store.subscribe === 'function' ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
     const started = performance.now();
     const cache = this.replayCache;
     if (cache !== undefined) {
@@ -234,7 +242,7 @@ export class IdempotencyEngine<Tx = unknown> {
             return { kind: 'replay', response: record.response!, record, waitedMs };
           }
           case 'in-progress': {
-            const leftMs = this.waitMs - (performance.now() - started);
+            const leftMs = waitMs - (performance.now() - started);
             if (leftMs <= 0) {
               this.emit('in-progress', scope, key);
               return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
@@ -342,7 +350,7 @@ export class IdempotencyEngine<Tx = unknown> {
     if (taken.kind === 'lost') return undefined;
     this.emit('taken-over', ref.scope, ref.key, taken.token);
     req?.outcome('taken_over', { token: taken.token });
-    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req);
+    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req, undefined, taken.failedAttempts);
   }
 
   private execution(
@@ -354,8 +362,16 @@ export class IdempotencyEngine<Tx = unknown> {
     results: Record<string, unknown>,
     req: RequestTelemetry | undefined,
     onFinished?: ExecutionSettings['onFinished'],
+    failedAttempts?: number,
   ): Execution<Tx> {
-    const settings = { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs, maxExecutionMs: this.maxExecutionMs, onEvent: this.onEvent, onFinished };
+    const settings = {
+      leaseMs: this.leaseMs,
+      heartbeatMs: this.heartbeatMs,
+      maxExecutionMs: this.maxExecutionMs,
+      onEvent: this.onEvent,
+      onFinished,
+      failedAttempts,
+    };
     const ref = { scope, key, token };
     if (req) return new TracedExecution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results, req);
     return new Execution<Tx>(this.store, settings, ref, claimId, recoveryPoint, results);

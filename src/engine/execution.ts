@@ -11,6 +11,8 @@ export interface ExecutionSettings {
   /** The heartbeat stops extending the lease after this many ms, so a hung worker cannot hold a key forever. */
   maxExecutionMs: number;
   onEvent?: ((event: IdempotencyEvent) => void) | undefined;
+  /** This execution's takeover: the attempts failed so far, as the store counted them (protocol.md K23); undefined for a claim or a store that does not count. */
+  failedAttempts?: number | undefined;
   /** Called with the stored response once the finish committed (the replay cache, protocol.md K20). Must not throw. */
   onFinished?: ((response: StoredResponse, phaseResults: PhaseResults) => void) | undefined;
 }
@@ -67,6 +69,8 @@ export class Execution<Tx = unknown> {
   readonly signal: AbortSignal;
   /** Identifies this claim of the key (stable across takeovers); part of every derived key. */
   readonly claimId: string;
+  /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim or when the store does not count. */
+  readonly failedAttempts: number | undefined;
 
   private readonly ref: KeyRef;
   private readonly results: PhaseResults;
@@ -86,6 +90,7 @@ export class Execution<Tx = unknown> {
   ) {
     this.ref = { ...ref };
     this.claimId = claimId;
+    this.failedAttempts = settings.failedAttempts;
     this.scope = ref.scope;
     this.key = ref.key;
     this.resumedFrom = recoveryPoint;
@@ -228,8 +233,37 @@ export class Execution<Tx = unknown> {
   async release(): Promise<void> {
     if (this.state !== 'open') return;
     this.close('released');
-    const outcome = await this.store.release(this.ref);
+    let outcome: Awaited<ReturnType<IdempotencyStore<Tx>['release']>>;
+    try {
+      outcome = await this.store.release(this.ref);
+    } catch (error) {
+      this.releaseLater();
+      throw error;
+    }
     this.emit(outcome.kind === 'ok' ? 'released' : 'lease-lost');
+  }
+
+  /**
+   * protocol.md K23: a release the store missed (an outage, not the request's failure) is tried
+   * again in the background for two leases, 250 ms doubling to 5 s apart, or the next takeover
+   * would count a crash. Fenced: after a takeover it changes nothing.
+   */
+  private releaseLater(): void {
+    const stopAt = performance.now() + 2 * this.settings.leaseMs;
+    let delayMs = 250;
+    const retry = () => {
+      if (performance.now() + delayMs > stopAt) return;
+      setTimeout(() => {
+        this.store.release(this.ref).then(
+          (outcome) => this.emit(outcome.kind === 'ok' ? 'released' : 'lease-lost'),
+          () => {
+            delayMs = Math.min(5000, delayMs * 2);
+            retry();
+          },
+        );
+      }, delayMs).unref?.();
+    };
+    retry();
   }
 
   /**

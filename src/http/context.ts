@@ -1,53 +1,24 @@
 import type { Execution } from '../engine/execution.js';
+import { ExecutionContext } from '../engine/execution-context.js';
 import type { ResponseCapture } from './response.js';
 
 /**
- * What a protected handler receives: the {@link Execution} of this request's key, plus the
- * two HTTP-level decisions only the handler can make.
+ * What a protected handler receives: the {@link Execution} of this request's key (key, scope,
+ * phases and calls from {@link ExecutionContext}), plus the two HTTP-level decisions only the
+ * handler can make.
  *
  * @typeParam Tx the store's transaction handle (a SQL client for the PostgreSQL store).
  */
-export class IdempotencyContext<Tx = unknown> {
+export class IdempotencyContext<Tx = unknown> extends ExecutionContext<Tx> {
   /** @internal set when the handler rejected the request before work started */
   rejected = false;
 
   /** @internal created by the HTTP core */
   constructor(
-    /** The execution: atomic phases, external calls, lease. */
-    readonly execution: Execution<Tx>,
+    execution: Execution<Tx>,
     private readonly capture: ResponseCapture,
-  ) {}
-
-  /** The client's idempotency key. */
-  get key(): string {
-    return this.execution.key;
-  }
-  /** The scope (tenant / credential) the key lives in. */
-  get scope(): string {
-    return this.execution.scope;
-  }
-  /** True when this attempt took over from a crashed or failed one. */
-  get resumed(): boolean {
-    return this.execution.resumed;
-  }
-  /** Aborted when the lease is lost to another worker. */
-  get signal(): AbortSignal {
-    return this.execution.signal;
-  }
-
-  /** See {@link Execution.phase}: local effects committed with the recovery point. */
-  phase<T>(name: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
-    return this.execution.phase(name, fn);
-  }
-
-  /** See {@link Execution.call}: an external call with a derived key, its result recorded. */
-  call<T>(name: string, fn: (derivedKey: string, signal: AbortSignal) => Promise<T>): Promise<T> {
-    return this.execution.call(name, fn);
-  }
-
-  /** See {@link Execution.derivedKey}. */
-  derivedKey(name: string): string {
-    return this.execution.derivedKey(name);
+  ) {
+    super(execution);
   }
 
   /**

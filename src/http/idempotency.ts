@@ -182,6 +182,8 @@ export class HttpIdempotency<Tx = unknown> {
         });
       }
       case 'execute': {
+        const ended = await this.endCrashLoop(begun.execution);
+        if (ended) return { kind: 'respond', response: ended };
         if (this.options.storeRequests) {
           const failed = await this.saveRequest(begun.execution, request);
           if (failed) return { kind: 'respond', response: failed };
@@ -231,6 +233,8 @@ export class HttpIdempotency<Tx = unknown> {
     request: Request,
     handler: (request: Request, context: IdempotencyContext<Tx>) => Response | Promise<Response>,
   ): Promise<Response> {
+    const ended = await this.endCrashLoop(execution);
+    if (ended) return ended;
     const context = new IdempotencyContext<Tx>(execution, this.capture);
     let response: Response;
     try {
@@ -239,6 +243,29 @@ export class HttpIdempotency<Tx = unknown> {
       return this.fail(context, error);
     }
     return this.complete(context, response);
+  }
+
+  /** protocol.md K23: a takeover that read `maxAttempts` failed attempts (crashes too) stores the permanent problem, never runs the handler. */
+  private async endCrashLoop(execution: Execution<Tx>): Promise<Response | undefined> {
+    const failed = execution.failedAttempts;
+    if (failed === undefined || failed < this.maxAttempts) return undefined;
+    return this.failPermanently(execution, failed).catch(async (error: unknown) => {
+      if (error instanceof LeaseLostError) return this.leaseLost();
+      await execution.release().catch(() => undefined);
+      return this.storeUnavailable().response;
+    });
+  }
+
+  /** Finishes the key for good with the `request-failed-permanently` problem (protocol.md K5, K23). */
+  private async failPermanently(execution: Execution<Tx>, failed: number): Promise<Response> {
+    const final = this.problem(
+      ProblemKind.FailedPermanently,
+      500,
+      `The request failed on ${failed} attempts and will not be tried again with this idempotency key. Fix the request and send it with a new key.`,
+    ).response;
+    const { stored, response } = await this.capture(final);
+    await execution.finish(stored);
+    return response;
   }
 
   /**
@@ -307,16 +334,7 @@ export class HttpIdempotency<Tx = unknown> {
       // fails the same way every time stops (protocol.md K5).
       try {
         const failed = await execution.countFailure();
-        if (failed !== undefined && failed >= this.maxAttempts) {
-          const final = this.problem(
-            ProblemKind.FailedPermanently,
-            500,
-            `The request failed on ${failed} attempts and will not be tried again with this idempotency key. Fix the request and send it with a new key.`,
-          ).response;
-          const { stored, response } = await this.capture(final);
-          await execution.finish(stored);
-          return response;
-        }
+        if (failed !== undefined && failed >= this.maxAttempts) return await this.failPermanently(execution, failed);
       } catch (countError) {
         if (countError instanceof LeaseLostError) return this.leaseLost();
         // The store failed: release below (the lease runs out if that fails too).

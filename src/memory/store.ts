@@ -86,6 +86,10 @@ interface Entry {
   finishedAt: number | null;
   response?: StoredResponse;
   request?: RequestSnapshot;
+  /** Attempts counted as failed: takeovers of a lease that ran out unreleased (protocol.md K23). */
+  failedAttempts?: number;
+  /** True from a release to the next takeover: that takeover is not a crash (protocol.md K23). */
+  released?: boolean;
 }
 
 const defaultClock = (): number => performance.timeOrigin + performance.now();
@@ -166,12 +170,16 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     }
     entry.token = this.nextToken();
     entry.lockedUntil = now + leaseMs;
+    // protocol.md K23: a lease that ran out unreleased was a crashed attempt; it counts.
+    if (!entry.released) entry.failedAttempts = (entry.failedAttempts ?? 0) + 1;
+    entry.released = false;
     return {
       kind: 'taken',
       token: entry.token,
       claimId: entry.claimId,
       recoveryPoint: entry.recoveryPoint,
       phaseResults: asJson(entry.phaseResults) as PhaseResults,
+      failedAttempts: entry.failedAttempts ?? 0,
     };
   }
 
@@ -233,6 +241,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     if (!entry) return { kind: 'fenced' };
     // The lease ends now: a retry takes over at once, the completer waits its grace (protocol.md K10).
     entry.lockedUntil = this.clock();
+    entry.released = true;
     return { kind: 'ok', value: 'released' };
   }
 
@@ -245,6 +254,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
       return { kind: 'ok', value: 'deleted' };
     }
     entry.lockedUntil = this.clock();
+    entry.released = true;
     return { kind: 'ok', value: 'released' };
   }
 

@@ -131,5 +131,6 @@ export async function takeOver(ctx: StoreContext, ref: KeyRef, leaseMs: number):
     claimId: String(row.claim_id),
     recoveryPoint: String(row.recovery_point),
     phaseResults: (row.phase_results ?? {}) as PhaseResults,
+    failedAttempts: Number(row.failed_attempts),
   };
 }

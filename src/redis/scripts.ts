@@ -16,7 +16,8 @@
  * `p:<phase>` each committed phase's result (JSON text), `tok` fencing token, `cid` claim id,
  * `lu` lease end (server epoch ms; a release sets it to the server's now; `0` = finished, no lease), `ca` creation (server epoch ms),
  * `rt` retention ms, `rs` / `rh` / `rb` response status, headers (JSON), body (base64),
- * `rq` request snapshot (JSON), `fa` finish time.
+ * `rq` request snapshot (JSON), `fa` finish time, `na` failed attempts counted by takeovers
+ * (protocol.md K23; absent = 0), `rl` `1` while the key is released (absent: held or crashed).
  *
  * Time: every lease and retention comparison uses the Redis server's clock (`TIME` inside the
  * script), one clock for all app hosts. Scripts are replicated by their effects (Redis ≥ 5),
@@ -121,17 +122,21 @@ return {'claimed', token, ARGV[4]}
  * Takeover (protocol.md Q3): only if the token is still the one read, the key still
  * `started`, and its lease over (or released). Draws a new, higher token and a new lease;
  * keeps the claim id, recovery point and phase results (returned, so the new worker resumes).
+ * A lease that ran out unreleased (`rl` absent: the worker crashed, hung or was killed) counts
+ * as a failed attempt in `na`, in the same script, so `maxAttempts` ends a crash loop
+ * (protocol.md K23); a released key is not counted again. The new holder is not released.
  *
  * KEYS[1] hash, KEYS[2] token counter. ARGV[1] token read, ARGV[2] lease ms.
- * Returns `{token, field, value, ...}` or nil (lost).
+ * Returns `{token, field, value, ...}` (with `na`) or nil (lost).
  */
 export const TAKE_OVER = `${PRELUDE}
 local h, counter = KEYS[1], KEYS[2]
 local now = now_ms()
-local cur = redis.call('HMGET', h, 'tok', 'st', 'lu', 'ca', 'rt')
+local cur = redis.call('HMGET', h, 'tok', 'st', 'lu', 'ca', 'rt', 'rl')
 if cur[1] ~= ARGV[1] or cur[2] ~= 'started' or tonumber(cur[3]) > now then return false end
 local token = next_token(counter)
 local lu = now + tonumber(ARGV[2])
+if cur[6] == '1' then redis.call('HDEL', h, 'rl') else redis.call('HINCRBY', h, 'na', 1) end
 redis.call('HSET', h, 'tok', token, 'lu', num(lu))
 set_expiry(h, counter, tonumber(cur[4]), tonumber(cur[5]), lu)
 return {token, fields(h, false, false)}
@@ -190,7 +195,7 @@ return 1
 /**
  * Release or discard (protocol.md K9), fenced. Release: the lease ends now (`lu` = the server's
  * now, not 0), the recovery point stays, so the next retry takes over at once and resumes
- * ({@link TAKE_OVER} needs `lu <= now`); the completer's `listAbandoned` waits its `graceMs`
+ * ({@link TAKE_OVER} needs `lu <= now`, and does not count a released key as a crash, K23); the completer's `listAbandoned` waits its `graceMs`
  * after that end, so the retry of the client that saw the throw comes first. Discard (ARGV[2]
  * = '1'): a key on which no phase committed is deleted (its token counter stays, so tokens
  * keep growing) and dropped from the index; a key with a committed phase is released instead.
@@ -206,7 +211,7 @@ if ARGV[2] == '1' and redis.call('HGET', h, 'rp') == 'start' then
   if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[3]) end
   return 'deleted'
 end
-redis.call('HSET', h, 'lu', num(now_ms()))
+redis.call('HSET', h, 'lu', num(now_ms()), 'rl', '1')
 return 'released'
 `;
 

@@ -171,7 +171,9 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     const f = toFields(reply[1]);
     const token = Number(reply[0]);
     const claimId = f.cid ?? '';
-    if (!this.ledger) return { kind: 'taken', token, claimId, recoveryPoint: f.rp ?? 'start', phaseResults: phases(f) };
+    // protocol.md K23: the script counted a lease that ran out unreleased.
+    const failedAttempts = Number(f.na ?? 0);
+    if (!this.ledger) return { kind: 'taken', token, claimId, recoveryPoint: f.rp ?? 'start', phaseResults: phases(f), failedAttempts };
     // The ledger is the truth about phases: fence it at the new token, then read them.
     const taken: KeyRef = { scope: ref.scope, key: ref.key, token };
     const state = await this.ledger.fence(taken, { claimId, fingerprint: f.fp, owns: () => this.owns(taken) });
@@ -183,7 +185,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       await this.adopt(taken, state);
       return { kind: 'lost' };
     }
-    return { kind: 'taken', token, claimId, recoveryPoint: state.recoveryPoint, phaseResults: state.phaseResults };
+    return { kind: 'taken', token, claimId, recoveryPoint: state.recoveryPoint, phaseResults: state.phaseResults, failedAttempts };
   }
 
   /**

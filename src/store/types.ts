@@ -110,7 +110,21 @@ export type ClaimResult =
 
 /** Outcome of a takeover attempt. */
 export type TakeOverResult =
-  | { kind: 'taken'; token: number; claimId: string; recoveryPoint: string; phaseResults: PhaseResults }
+  | {
+      kind: 'taken';
+      token: number;
+      claimId: string;
+      recoveryPoint: string;
+      phaseResults: PhaseResults;
+      /**
+       * Optional (`maxAttempts`, protocol.md K23): the attempts failed so far over the key's
+       * life, this takeover's own count included. A store that has it counts, in the takeover's
+       * own atomic step, the attempt whose lease ran out without a release (a crash, a kill, a
+       * hang); a released key (a thrown error, counted or excused by its worker) is not counted
+       * again. Left out by a store that does not count.
+       */
+      failedAttempts?: number;
+    }
   /** Someone else took over, the lease was renewed, the key finished, or it is gone: read again. */
   | { kind: 'lost' };
 
@@ -165,7 +179,8 @@ export interface IdempotencyStore<Tx = unknown> {
   /**
    * Takes over a `started` key whose lease expired, only if its token is still `expectedToken`
    * (protocol.md Q3). The new token is higher than every token handed out before for
-   * this key.
+   * this key. A store that counts attempts counts a lease that ran out unreleased as a failed
+   * attempt in the same step (protocol.md K23, {@link TakeOverResult} `failedAttempts`).
    */
   takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult>;
 
@@ -183,7 +198,8 @@ export interface IdempotencyStore<Tx = unknown> {
 
   /**
    * Ends this worker's lease without finishing, keeping the recovery point, so the next retry
-   * takes over at once and resumes (protocol.md H10).
+   * takes over at once and resumes (protocol.md H10). The key is marked released until the next
+   * takeover, which then does not count this attempt as a crash (protocol.md K23).
    */
   release(ref: KeyRef): Promise<Fenced<'released'>>;
 

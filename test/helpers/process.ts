@@ -50,9 +50,9 @@ export interface Child {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-/** Spawns `node --import tsx <file>` in {@link ROOT} with {@link childEnv}`(env)`. */
-export function spawnTs(file: string, env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', file], { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+/** Spawns `node --import tsx <file> ...args` in {@link ROOT} with {@link childEnv}`(env)`. */
+export function spawnTs(file: string, env: Record<string, string>, args: string[] = []): Child {
+  const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
   children.add(child);
   let output = '';
   const listeners = new Set<() => void>();

@@ -230,7 +230,13 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
         const taken = await store.takeOver({ scope: 'tenant-1', key: 'k', token }, LONG_LEASE_MS);
         assert.equal(taken.kind, 'taken');
         const { token: newToken, ...rest } = taken as Extract<typeof taken, { kind: 'taken' }>;
-        assert.deepEqual(rest, { kind: 'taken', claimId, recoveryPoint: 'p1', phaseResults: { p1: { id: 7, nested: { a: [1, 'x', null] } } } });
+        assert.deepEqual(rest, {
+          kind: 'taken',
+          claimId,
+          recoveryPoint: 'p1',
+          phaseResults: { p1: { id: 7, nested: { a: [1, 'x', null] } } },
+          failedAttempts: 1,
+        });
         assert.ok(newToken > token);
         assert.equal((await store.get('tenant-1', 'k', RETENTION_MS))?.leaseExpired, false);
       });

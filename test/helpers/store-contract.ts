@@ -17,6 +17,7 @@ import { claimedToken, claimInput, HOUR_MS, LONG_LEASE_MS, RETENTION_MS, SCOPE, 
 import { claimSuite } from './store-contract/claim.js';
 import { writeSuite } from './store-contract/writes.js';
 import { fencingSuite } from './store-contract/fencing.js';
+import { attemptsSuite } from './store-contract/attempts.js';
 
 export { claimInput, claimedToken } from './store-contract/shared.js';
 
@@ -56,4 +57,5 @@ export function storeContract(factory: StoreFactory): void {
   claimSuite(context);
   writeSuite(context);
   fencingSuite(context);
+  attemptsSuite(context);
 }

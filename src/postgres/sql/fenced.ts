@@ -9,12 +9,17 @@ export function fencedStatements({ t, nextToken }: TableNames) {
     /**
      * Take over an expired lease (protocol.md Q3), only if nobody else did in between: the
      * token must still be the one read, the key still started, the lease still expired.
-     * $1 scope, $2 key, $3 token read, $4 lease ms.
+     * A lease that ran out unreleased was a crashed attempt (the worker died, hung or was
+     * killed): it counts as a failed attempt in the same statement, so `maxAttempts` ends a
+     * crash loop (protocol.md K23); a released key (`released`, set by `release`) was counted
+     * or excused by its worker and is not counted again. SET reads the row as it was, so the
+     * count sees the old `released`. $1 scope, $2 key, $3 token read, $4 lease ms.
      */
-    takeOver: `UPDATE ${t} SET locked_until = now() + $4::int8 * interval '1 millisecond', lock_version = ${nextToken}
+    takeOver: `UPDATE ${t} SET locked_until = now() + $4::int8 * interval '1 millisecond', lock_version = ${nextToken},
+        failed_attempts = failed_attempts + CASE WHEN released THEN 0 ELSE 1 END, released = false
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
         AND (locked_until IS NULL OR locked_until <= now())
-      RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id, recovery_point, phase_results`,
+      RETURNING lock_version::text AS lock_version, claim_id::text AS claim_id, recovery_point, phase_results, failed_attempts`,
 
     /**
      * An atomic phase's recovery point and result (protocol.md Q4), in the same transaction
@@ -50,10 +55,11 @@ export function fencedStatements({ t, nextToken }: TableNames) {
      * resumes (`takeOver` needs `locked_until <= now()`, true from this instant on). The end
      * time is kept so the completer's `listAbandoned` waits its `graceMs` after it, as after
      * an expired lease: the client that saw the throw is about to retry with the same key, and
-     * must not find the key held by the completer (protocol.md K10, K12).
+     * must not find the key held by the completer (protocol.md K10, K12). `released` tells
+     * the next takeover this attempt ended cleanly, not in a crash (protocol.md K23).
      * $1 scope, $2 key, $3 token.
      */
-    release: `UPDATE ${t} SET locked_until = now()
+    release: `UPDATE ${t} SET locked_until = now(), released = true
       WHERE scope = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
       RETURNING 1 AS ok`,
 

@@ -95,6 +95,14 @@ export function migrateStatements(n: TableNames, mode: 'plain' | 'partitioned'):
           ALTER TABLE ${t} ADD COLUMN failed_attempts int NOT NULL DEFAULT 0;
         END IF;
       END $$`,
+    // Released keys (protocol.md K23): a takeover of a lease that ran out unreleased counts as
+    // a failed attempt. A constant default, added only when missing, as above.
+    `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
+            AND attname = 'released' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN released boolean NOT NULL DEFAULT false;
+        END IF;
+      END $$`,
     // Completer: finds started keys by lease end without scanning finished rows. Partial,
     // so it holds only keys in flight (a few per worker), not the retained history.
     `CREATE INDEX IF NOT EXISTS "${bare}_started_idx" ON ${t} (locked_until) WHERE state = 'started'`,

@@ -100,5 +100,6 @@ export function columns(nextToken: string): string {
         created_at       timestamptz NOT NULL DEFAULT now(),
         finished_at      timestamptz,
         failed_attempts  int         NOT NULL DEFAULT 0,
+        released         boolean     NOT NULL DEFAULT false,
 `;
 }

@@ -216,7 +216,7 @@ export function claimSuite(c: ContractContext): void {
       const taken = await store().takeOver(ref('k', token), LONG_LEASE_MS);
       assert.equal(taken.kind, 'taken');
       const { token: newToken, ...rest } = taken as Extract<typeof taken, { kind: 'taken' }>;
-      assert.deepEqual(rest, { kind: 'taken', claimId, recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } } });
+      assert.deepEqual(rest, { kind: 'taken', claimId, recoveryPoint: 'p1', phaseResults: { p1: { id: 7 } }, failedAttempts: 1 });
       assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
       const record = await get('k');
       assert.equal(record?.token, newToken);

@@ -326,7 +326,7 @@ export function writeSuite(c: ContractContext): void {
       const taken = await store().takeOver(ref('k', token), LONG_LEASE_MS);
       assert.equal(taken.kind, 'taken');
       const { token: newToken, ...rest } = taken as Extract<typeof taken, { kind: 'taken' }>;
-      assert.deepEqual(rest, { kind: 'taken', claimId: record?.claimId, recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } } });
+      assert.deepEqual(rest, { kind: 'taken', claimId: record?.claimId, recoveryPoint: 'p1', phaseResults: { p1: { note: 'order' } }, failedAttempts: 0 });
       assert.ok(newToken > token, `takeover token ${newToken} must exceed ${token}`);
     });
 
