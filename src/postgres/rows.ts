@@ -6,24 +6,10 @@ import { KeyState } from '../core/constants.js';
 import { decodeRecord, type RecordColumns } from '../store/records.js';
 import type { KeyRecord, PhaseResults } from '../store/types.js';
 import type { BlobRef } from './blob-store.js';
+import { bytes, timestamp } from './values.js';
 
 /** A row as the driver returns it. */
 export type Row = Record<string, unknown>;
-
-/**
- * A bytea column as a Uint8Array (a Buffer from pg is viewed, not copied); NULL as empty.
- * @throws {TypeError} for anything else
- */
-export function bytes(value: unknown): Uint8Array {
-  if (value instanceof Uint8Array) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-  if (value === null || value === undefined) return new Uint8Array(0);
-  throw new TypeError('idem/postgres: expected bytea as Uint8Array');
-}
-
-/** A timestamptz column as a Date, or null for NULL. */
-export function dateOrNull(value: unknown): Date | null {
-  return value === null || value === undefined ? null : value instanceof Date ? value : new Date(String(value));
-}
 
 /** The out-of-line body the row points at (`response_body_ref`). */
 export function blobRef(row: Row, scope: string, key: string): BlobRef {
@@ -41,7 +27,7 @@ const ROW_COLUMNS: RecordColumns<Row> = {
   // A row from `readDone` has no lease columns: a finished row holds no lease (expired, 0 ms left).
   leaseExpired: (row, state) => (row.lease_expired === undefined ? state === KeyState.Done : row.lease_expired === true),
   leaseRemainingMs: (row) => Number(row.lease_remaining_ms ?? 0),
-  createdAt: (row) => (row.created_at instanceof Date ? row.created_at : new Date(String(row.created_at))),
+  createdAt: (row) => timestamp(row.created_at),
   // By the database clock (sql/claim.ts), for the replay cache (protocol.md K20).
   retentionRemainingMs: (row) =>
     row.retention_remaining_ms !== undefined && row.retention_remaining_ms !== null ? Number(row.retention_remaining_ms) : undefined,
