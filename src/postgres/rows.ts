@@ -2,7 +2,7 @@
  * Decoding the driver's rows into the store's types, through the decoder every store shares
  * (src/store/records.ts). Pure: no queries, no keys.
  */
-import { KeyState } from '../core/constants.js';
+import { KeyState, RECOVERY_POINT_FINISHED } from '../core/constants.js';
 import { decodeRecord, type RecordColumns } from '../store/records.js';
 import type { KeyRecord, PhaseResults } from '../store/types.js';
 import type { BlobRef } from './blob-store.js';
@@ -20,14 +20,20 @@ export function blobRef(row: Row, scope: string, key: string): BlobRef {
 const ROW_COLUMNS: RecordColumns<Row> = {
   state: (row) => row.state,
   fingerprint: (row) => bytes(row.fingerprint),
-  recoveryPoint: (row) => String(row.recovery_point),
-  phaseResults: (row) => (row.phase_results ?? {}) as PhaseResults,
+  // A `readDone` row (a finished key's lean read, sql/claim.ts) has no `recovery_point`: `finished`.
+  recoveryPoint: (row) => (row.recovery_point === undefined ? RECOVERY_POINT_FINISHED : String(row.recovery_point)),
+  phaseResults: (row) =>
+    (row.phase_results_json === undefined
+      ? (row.phase_results ?? {})
+      : row.phase_results_json === null
+        ? {}
+        : JSON.parse(String(row.phase_results_json))) as PhaseResults,
   token: (row) => Number(row.lock_version),
   claimId: (row) => String(row.claim_id),
   // A row from `readDone` has no lease columns: a finished row holds no lease (expired, 0 ms left).
   leaseExpired: (row, state) => (row.lease_expired === undefined ? state === KeyState.Done : row.lease_expired === true),
   leaseRemainingMs: (row) => Number(row.lease_remaining_ms ?? 0),
-  createdAt: (row) => timestamp(row.created_at),
+  createdAt: (row) => (row.created_ms === undefined ? timestamp(row.created_at) : new Date(Math.round(Number(row.created_ms)))),
   // By the database clock (sql/claim.ts), for the replay cache (protocol.md K20).
   retentionRemainingMs: (row) =>
     row.retention_remaining_ms !== undefined && row.retention_remaining_ms !== null ? Number(row.retention_remaining_ms) : undefined,
