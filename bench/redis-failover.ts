@@ -139,12 +139,14 @@ async function startPair(dir: string) {
     primaryPort,
     replicaPort,
     primary,
-    stall: () => upstream.forEach((s) => s.pause()),
+    stall: () => {
+      for (const s of upstream) s.pause();
+    },
     async stop() {
       await killed(primary);
       await killed(replica);
       relay.close();
-      upstream.forEach((s) => s.destroy());
+      for (const s of upstream) s.destroy();
     },
   };
 }
