@@ -57,7 +57,7 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
         for (let t = 0; t < cfg.duplicateTrials; t++) {
           const d = await duplicates(server.url, path, cfg.duplicates, prefix);
           row.runs.push(d.runs);
-          d.statuses.forEach((st) => row.statuses.add(st));
+          for (const st of d.statuses) row.statuses.add(st);
         }
         const url = server.url + path;
         const replayKeys = await seedKeys(url, prefix, cfg.seedKeys);

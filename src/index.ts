@@ -8,12 +8,12 @@
  * `idem/koa`; queue consumers in `idem/consumer`, `idem/amqp` and `idem/nats`; OpenTelemetry in
  * `idem/otel`; the client in `idem/client` (`idem/client/node` for Node). The building blocks for writing a store
  * or an adapter (key parsing, the claim decision, response capture and replay, problem
- * details, media types, the validation limits) are in `idem/core` and `idem/http`.
+ * details, media types, the validation limits, the recovery point names `RECOVERY_POINT_START`
+ * and `RECOVERY_POINT_FINISHED`, the problem type prefix `PROBLEM_TYPE_PREFIX`) are in `idem/core`
+ * and `idem/http`.
  */
 export {
   KeyState,
-  RECOVERY_POINT_START,
-  RECOVERY_POINT_FINISHED,
   DEFAULT_LEASE_MS,
   DEFAULT_RETENTION_MS,
   DEFAULT_METHODS,
@@ -31,4 +31,4 @@ export { ReplayCache, type ReplayCacheOptions, type ReplayCacheStats } from './e
 export { HttpIdempotency, type HttpRequestInput, type IdempotencyOptions, type Prepared } from './http/idempotency.js';
 export type { IdempotencyContext } from './http/context.js';
 export { Completer, type CompleterOptions, type CompleterReport } from './http/completer.js';
-export { problemResponse, ProblemKind, PROBLEM_TYPE_PREFIX, type ProblemDetails, type ProblemFormat, type StripeError } from './http/problem.js';
+export { problemResponse, ProblemKind, type ProblemDetails, type ProblemFormat, type StripeError } from './http/problem.js';

@@ -147,6 +147,7 @@ for (const engine of engines) {
 
       it("idem's problems come back in the event's format; a non-HTTP event passes through", async () => {
         const { store } = await table();
+        // biome-ignore lint/suspicious/noExplicitAny: any event shape, as the test sends several
         const handler = withIdempotency<Queryable, any>({ store, required: true }, async (event, _c, idem) => ({
           statusCode: 200,
           body: idem ? 'protected' : `plain ${JSON.stringify(event)}`,
@@ -257,6 +258,7 @@ for (const engine of engines) {
         const { store, table: t } = await table();
         const entered = deferred();
         const gate = deferred();
+        // biome-ignore lint/suspicious/noExplicitAny: the handler's result type is not what this test checks
         const handler = withIdempotency<Queryable, ApiGatewayProxyEventV1, any>({ store }, async () => {
           entered.resolve();
           await gate.promise;

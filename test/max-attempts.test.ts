@@ -45,7 +45,10 @@ function attempts(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: ()
       const body = await req.json<{ customer: string }>();
       await ctx!.phase('noted', async (tx) => tx.query(`INSERT INTO "${notes}" (customer) VALUES ($1)`, [body.customer]));
       return { status: 201, body: 'ok' };
-    }).then((t) => ((notes = t.notes), t));
+    }).then((t) => {
+      notes = t.notes;
+      return t;
+    });
     const send = () => app.send('/v1/charges', requestInit({ key: 'nul-1', json: { customer: 'cus_\u0000evil' } }));
     for (let attempt = 1; attempt <= 4; attempt++) {
       await assertProblem(await send(), 500, 'request-failed-retry');

@@ -230,8 +230,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     let buffer = '';
     child.stdout!.on('data', (chunk: Buffer) => {
       buffer += chunk.toString();
-      let nl: number;
-      while ((nl = buffer.indexOf('\n')) >= 0) {
+      for (let nl = buffer.indexOf('\n'); nl >= 0; nl = buffer.indexOf('\n')) {
         const line = buffer.slice(0, nl);
         buffer = buffer.slice(nl + 1);
         const listening = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line);
@@ -438,7 +437,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       if (first && finals.some((f) => f && (f.status !== first.status || !Buffer.from(f.body).equals(Buffer.from(first.body))))) differing++;
       if (o.mode === 'idem' && first) {
         const row = keys.get(`chaos-${intent.id}`);
-        if (!row || row.state !== 'done' || !Buffer.from(row.response_body as Uint8Array).equals(Buffer.from(first.body))) lostRows++;
+        if (row?.state !== 'done' || !Buffer.from(row.response_body as Uint8Array).equals(Buffer.from(first.body))) lostRows++;
       }
     }
     if (duplicates.psp > 0) violations.push(`${duplicates.psp} intents charged more than once at the PSP`);

@@ -5,7 +5,7 @@
 
 const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
 
-function escape(text: string): string {
+function escapeXml(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
@@ -29,7 +29,7 @@ export function lineChart(title: string, series: Record<string, Array<[number, n
   const out: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="100%" height="100%" fill="white"/>`,
-    `<text x="${m.left}" y="22" font-size="15" font-weight="bold">${escape(title)}</text>`,
+    `<text x="${m.left}" y="22" font-size="15" font-weight="bold">${escapeXml(title)}</text>`,
   ];
   for (let decade = yMin; decade <= yMax; decade *= 10) {
     for (const k of [1, 2, 5]) {
@@ -58,7 +58,7 @@ export function lineChart(title: string, series: Record<string, Array<[number, n
     for (const [x, y] of pts) out.push(`<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="3" fill="${color}"/>`);
     const ly = m.top + 10 + i * 20;
     out.push(`<line x1="${m.left + plotW + 15}" x2="${m.left + plotW + 40}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"${dashed}/>`);
-    out.push(`<text x="${m.left + plotW + 46}" y="${ly + 4}">${escape(name)}</text>`);
+    out.push(`<text x="${m.left + plotW + 46}" y="${ly + 4}">${escapeXml(name)}</text>`);
   });
   out.push('</svg>');
   return out.join('\n') + '\n';

@@ -7,13 +7,14 @@
  */
 import { Command, Option } from 'commander';
 import cliProgress from 'cli-progress';
-import type { SweepProgress } from '../postgres/index.js';
+import type { SweepProgress, SweepReport } from '../postgres/index.js';
 import { replicationAtRisk } from '../postgres/inspect.js';
 import type { Completer } from '../http/index.js';
 import type { SqlClient } from '../postgres/client.js';
 
 /** What `idem complete --app <module>` calls: the app's completer on the CLI's connection. */
-export type CreateCompleter = (context: { client: SqlClient; table: string }) => Completer<any> | Promise<Completer<any>>; // any: the app picks its transaction type
+// biome-ignore lint/suspicious/noExplicitAny: the app picks its transaction type, which the CLI never touches
+export type CreateCompleter = (context: { client: SqlClient; table: string }) => Completer<any> | Promise<Completer<any>>;
 import { CliError, describeError } from './database.js';
 import { type CliIo, type ConnectionOptions, count, defaultIo, duration, iso, positiveInteger, retentionOption, withConnection, withStore } from './options.js';
 export type { CliIo } from './options.js';
@@ -120,7 +121,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
         const total = store.partitioning ? plan.expiredPartitions.length : plan.expired;
         if (total === 0) bar = undefined;
         bar?.start(total, 0, { deleted: 0 });
-        let report;
+        let report: SweepReport;
         try {
           report = await store.sweepReport({
             retentionMs: options.retention,

@@ -250,7 +250,9 @@ export class IdempotentClient {
     const timeout = AbortSignal.timeout(this.#o.attemptTimeoutMs);
     const headers = new Headers(intent.headers);
     const extra = typeof this.#headers === 'function' ? await this.#headers() : this.#headers;
-    if (extra) new Headers(extra).forEach((value, name) => headers.set(name, value));
+    if (extra) {
+      for (const [name, value] of new Headers(extra)) headers.set(name, value);
+    }
     headers.set(this.#o.keyHeader, intent.key);
     try {
       const response = await this.#fetch(intent.url, {

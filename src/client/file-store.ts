@@ -60,7 +60,8 @@ export class FileIntentStore implements IntentStore {
   }
 
   #mkdir(): Promise<void> {
-    return (this.#ready ??= mkdir(this.dir, { recursive: true }).then(() => undefined));
+    this.#ready ??= mkdir(this.dir, { recursive: true }).then(() => undefined);
+    return this.#ready;
   }
 
   async #fsyncDir(): Promise<void> {

@@ -95,7 +95,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
     }
     const prepared = (req as unknown as Record<symbol, Prepared<Tx> | undefined>)[PREPARED];
     // No execution, or the route already ended its response (which is being recorded).
-    if (!prepared || prepared.kind !== 'execute') return next(error);
+    if (prepared?.kind !== 'execute') return next(error);
     delete (req as unknown as Record<symbol, unknown>)[PREPARED];
     restore(res);
     if (res.headersSent) {

@@ -13,6 +13,7 @@
  */
 import { RECOVERY_POINT_START } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
+import type { Execution } from '../engine/execution.js';
 import type { AbandonedKey } from '../store/types.js';
 import type { IdempotencyContext } from './context.js';
 import type { HttpIdempotency } from './idempotency.js';
@@ -163,7 +164,7 @@ export class Completer<Tx = unknown> {
         return 'failed';
       }
     }
-    let execution;
+    let execution: Execution<Tx> | undefined;
     try {
       execution = await this.http.engine.takeOver(record);
     } catch {

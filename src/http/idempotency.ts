@@ -2,7 +2,7 @@ import { DEFAULT_KEY_HEADER, DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../
 import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
 import { fingerprint, parsePointer } from '../core/fingerprint.js';
 import { parseIdempotencyKey, validateKey } from '../core/key.js';
-import { IdempotencyEngine } from '../engine/engine.js';
+import { type BeginResult, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
 import type { StoredResponse } from '../store/types.js';
 import { IdempotencyContext } from './context.js';
@@ -131,7 +131,7 @@ export class HttpIdempotency<Tx = unknown> {
       if (!this.options.required) return { kind: 'pass' };
       return this.problem(ProblemKind.MissingKey, 400, `Send an ${this.keyHeader} header (1-255 printable ASCII characters, e.g. a UUID) with this request.`);
     }
-    let begun;
+    let begun: BeginResult<Tx>;
     try {
       const scope = this.options.scope ? await this.options.scope(request) : credentialScope(request.headers);
       const url = new URL(request.url, 'http://idem.invalid');
@@ -299,7 +299,7 @@ export class HttpIdempotency<Tx = unknown> {
       await execution.discard().catch(() => undefined); // if the store is down the lease just runs out
       return response;
     }
-    let captured;
+    let captured: Awaited<ReturnType<ResponseCapture>>;
     try {
       captured = await this.capture(response);
     } catch (error) {
@@ -362,7 +362,7 @@ export class HttpIdempotency<Tx = unknown> {
       this.problems,
     );
     const headers: Array<[string, string]> = [];
-    problem.headers.forEach((value, name) => headers.push([name, value]));
+    for (const [name, value] of problem.headers) headers.push([name, value]);
     const body = new TextEncoder().encode(problem.text);
     return { status: 500, headers, body };
   }

@@ -9,7 +9,7 @@
  * dialect works: `PostgresDialect` on a `pg.Pool`, Kysely's `PGliteDialect`, or another whose
  * rows carry node-postgres's value types (see {@link SqlDriver}). Rows are passed on as the
  * dialect gives them, not copied (PGlite's `int8` is a bigint, which idem reads as it does on
- * a PGlite client).
+ * a PGlite client; src/postgres/values.ts says how each value type is read).
  *
  * @example
  * ```ts

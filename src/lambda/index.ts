@@ -113,6 +113,7 @@ export function withIdempotency<Tx = unknown, E extends LambdaHttpEvent = Lambda
 /** The slice of a Middy request used here. */
 export interface MiddyRequestLike {
   event: unknown;
+  // biome-ignore lint/suspicious/noExplicitAny: Middy's context is shared by every middleware; the transaction type is the handler's
   context: LambdaContextLike & { idem?: IdempotencyContext<any> };
   response: unknown;
   error: unknown;

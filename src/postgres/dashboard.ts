@@ -1,7 +1,8 @@
 /** What `idem dashboard` shows of the key table: read-only, bounded lists, no bodies, no credentials. */
 import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
 import type { StoreContext } from './options.js';
-import { dateOrNull, type Row } from './rows.js';
+import type { Row } from './rows.js';
+import { dateOrNull } from './values.js';
 
 /** One key in a dashboard list. */
 export interface DashboardKey {

@@ -9,7 +9,7 @@
  * timeouts say (e.g. a `statement_timeout` on its connections).
  */
 import type { ExecutorLimits, Queryable, QueryResultLike, SqlDriver, SqlExecutor } from './client.js';
-import { deadline, describeStatement, hasDeadline, StoreTimeoutError } from './deadline.js';
+import { deadline, describeStatement, hasDeadline, transactionDeadline } from './deadline.js';
 
 const ignore = () => undefined;
 
@@ -19,8 +19,8 @@ const ignore = () => undefined;
  */
 export function driverExecutor<Tx>(driver: SqlDriver<Tx>, limits: ExecutorLimits): SqlExecutor<Tx> {
   const ms = limits.timeoutMs ?? 0;
-  const timed = (db: Queryable, text: string, params: unknown[] | undefined, onTimeout: () => void = ignore): Promise<QueryResultLike> =>
-    deadline(db.query(text, params), ms, describeStatement(text), onTimeout);
+  const timed = (db: Queryable, text: string, params: unknown[] | undefined): Promise<QueryResultLike> =>
+    deadline(db.query(text, params), ms, describeStatement(text), ignore);
 
   /**
    * The driver's transaction, with idem's statements in it under the deadline, and the commit
@@ -30,35 +30,20 @@ export function driverExecutor<Tx>(driver: SqlDriver<Tx>, limits: ExecutorLimits
    */
   function clientTransaction<T>(fn: (tx: Tx, sql: Queryable) => Promise<T>): Promise<T> {
     if (!hasDeadline(ms)) return driver.transaction(fn);
-    let abort: (error: Error) => void = ignore;
-    const aborted = new Promise<never>((_, reject) => (abort = reject));
-    let bodyStarted: () => void = ignore;
-    const started = new Promise<void>((resolve) => (bodyStarted = resolve));
-    let bodyDone: () => void = ignore;
-    const committing = new Promise<void>((resolve) => (bodyDone = resolve));
+    const clock = transactionDeadline(ms);
     // The wait for a connection and the BEGIN are the client's, and unbounded on an exhausted
     // pool or a silent database: they get the deadline too. A transaction that opens after it
-    // passed runs none of the phase (it throws, so the client rolls back): the request was
-    // already answered 503 and its retry may run the phase (protocol.md H17).
-    let late = false;
-    const opened = deadline(started, ms, 'waiting for a connection and BEGIN', () => {
-      late = true;
-    });
-    opened.catch((error: Error) => abort(error));
+    // passed runs none of the phase (`opened()` throws, so the client rolls back): the request
+    // was already answered 503 and its retry may run the phase (protocol.md H17).
+    const opened = clock.start('waiting for a connection and BEGIN');
     const run = driver.transaction(async (tx, sql) => {
-      if (late) throw new StoreTimeoutError(`idem/postgres: the ${driver.name} transaction opened after storeTimeoutMs (${ms} ms)`);
-      bodyStarted();
-      const inner: Queryable = {
-        query: (text, params) =>
-          timed(sql, text, params, () => abort(new StoreTimeoutError(`idem/postgres: ${describeStatement(text)} took longer than storeTimeoutMs (${ms} ms)`))),
-      };
+      opened();
+      const inner: Queryable = { query: (text, params) => clock.wait(sql.query(text, params), describeStatement(text)) };
       const value = await fn(tx, inner);
-      bodyDone();
+      clock.start('the COMMIT'); // ended when `run` settles
       return value;
     });
-    run.catch(ignore);
-    const committed = committing.then(() => deadline(run, ms, 'the COMMIT', ignore));
-    return Promise.race([run, aborted, committed]);
+    return clock.settle(run);
   }
 
   return {

@@ -3,7 +3,8 @@ import type { PhaseResults } from '../store/types.js';
 import type { StoreContext } from './options.js';
 import { listPartitions } from './partitions.js';
 import { openHeaders } from './responses.js';
-import { blobRef, dateOrNull, type Row } from './rows.js';
+import { blobRef, type Row } from './rows.js';
+import { dateOrNull } from './values.js';
 
 /** One key as an operator sees it (`PostgresStore.inspect`). */
 export interface KeyInspection {

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { ExecutorLimits, PoolClientLike, PoolLike, Queryable, QueryResultLike, SqlExecutor } from './client.js';
 import { hearConnectionErrors } from './connection-errors.js';
-import { deadline, describeStatement, hasDeadline, StoreTimeoutError } from './deadline.js';
+import { deadline, describeStatement, hasDeadline, StoreTimeoutError, type TransactionDeadline, transactionDeadline } from './deadline.js';
 
 /** The error lives with the other stores' deadline (src/store/deadline.ts); re-exported from its old path. */
 export { StoreTimeoutError };
@@ -59,7 +59,18 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
     pool.options.connectionTimeoutMillis = timeoutMs;
   }
 
-  async function checkout(): Promise<PoolClientLike> {
+  /**
+   * The deadline of each transaction a checked-out connection is in, so idem's statements on
+   * it (`queryOn`) end the transaction as on a driver (see `TransactionDeadline`).
+   */
+  const clocks = new WeakMap<PoolClientLike, TransactionDeadline>();
+
+  /** `promise` under the deadline: the transaction's when there is one, else one of its own. */
+  function wait<T>(promise: Promise<T>, what: string, onTimeout: () => void, clock: TransactionDeadline | undefined): Promise<T> {
+    return clock ? clock.wait(promise, what, onTimeout) : deadline(promise, timeoutMs, what, onTimeout);
+  }
+
+  async function checkout(clock?: TransactionDeadline): Promise<PoolClientLike> {
     if ((pool.waitingCount ?? 0) >= maxWaiting) {
       throw new StoreTimeoutError(`idem/postgres: ${pool.waitingCount} callers already wait for a pool connection (maxPoolWaiting ${maxWaiting})`);
     }
@@ -70,7 +81,7 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
       (conn) => late && giveBack(conn),
       () => undefined,
     );
-    const conn = await deadline(pending, timeoutMs, 'waiting for a pool connection', () => (late = true));
+    const conn = await wait(pending, 'waiting for a pool connection', () => (late = true), clock);
     done.delete(conn);
     hearConnectionErrors(conn); // a socket that ends mid-statement must not end the process (protocol.md H24)
     return conn;
@@ -79,11 +90,18 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
   /** One statement on `conn` under the deadline; past it, `conn` is destroyed. */
   function timed(conn: PoolClientLike, text: string, params?: unknown[], plain = false): Promise<QueryResultLike> {
     const run = plain ? conn.query(text) : named(conn, text, params);
-    return deadline(run, timeoutMs, describeStatement(text), () => destroy(conn, new StoreTimeoutError('statement deadline passed')));
+    return wait(run, describeStatement(text), () => destroy(conn, new StoreTimeoutError('statement deadline passed')), clocks.get(conn));
   }
 
-  async function transaction<T>(fn: (conn: Queryable) => Promise<T>): Promise<T> {
-    const conn = await checkout();
+  /** A transaction on a connection of its own; its outcome is the first wait that missed the deadline, if one did. */
+  function transaction<T>(fn: (conn: Queryable) => Promise<T>): Promise<T> {
+    const clock = transactionDeadline(timeoutMs);
+    return clock.settle(inTransaction(clock, fn));
+  }
+
+  async function inTransaction<T>(clock: TransactionDeadline, fn: (conn: Queryable) => Promise<T>): Promise<T> {
+    const conn = await checkout(clock);
+    clocks.set(conn, clock);
     // A connection that breaks between two statements of the transaction (no query in
     // flight) emits 'error' on the client; unheard, that would crash the process. The
     // next statement fails instead, and the catch below discards the connection.
@@ -108,6 +126,7 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
       }
       throw error;
     } finally {
+      clocks.delete(conn);
       events.off?.('error', ignore);
     }
   }

@@ -9,7 +9,8 @@ import { sameFingerprint } from '../core/fingerprint.js';
 import type { KeyRecord, KeyRef, StoredResponse } from '../store/types.js';
 import type { BlobRef } from './blob-store.js';
 import type { StoreContext } from './options.js';
-import { blobRef, bytes, type Row, toRecord } from './rows.js';
+import { blobRef, type Row, toRecord } from './rows.js';
+import { bytes } from './values.js';
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();

@@ -12,6 +12,7 @@ import type {
   RequestSnapshot,
   TakeOverResult,
 } from '../store/types.js';
+import { decodeSnapshot, encodeSnapshot } from '../store/records.js';
 import { type DistributeResult, distribute, distributionOf } from './citus.js';
 import { claim, takeOver } from './claim.js';
 import type { Queryable, SqlDriver } from './client.js';
@@ -23,7 +24,7 @@ import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, st
 import { KeyChangeHub } from './notify.js';
 import { maintain } from './partitions.js';
 import { readRecord } from './responses.js';
-import { snapshotJson, toRecord, toSnapshot } from './rows.js';
+import { toRecord } from './rows.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
 
 export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PartitionOptions, type PostgresStoreOptions } from './options.js';
@@ -180,7 +181,7 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
   }
 
   async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
-    const { rows } = await this.ctx.db.query(this.ctx.sql.saveRequest, [ref.scope, ref.key, ref.token, snapshotJson(request)]);
+    const { rows } = await this.ctx.db.query(this.ctx.sql.saveRequest, [ref.scope, ref.key, ref.token, encodeSnapshot(request)]);
     return rows.length > 0 ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
 
@@ -194,7 +195,7 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     const { rows } = await this.ctx.db.query(this.ctx.sql.listAbandoned, params);
     return rows.map((row) => {
       const abandoned: AbandonedKey = { record: toRecord(row, String(row.scope), String(row.key)) };
-      const request = toSnapshot(row.request);
+      const request = decodeSnapshot(row.request);
       if (request) abandoned.request = request;
       return abandoned;
     });

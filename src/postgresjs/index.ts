@@ -107,7 +107,7 @@ export function postgresjsQueryable(sql: PostgresJsQueryable, jsonAsText: boolea
  * phase's transaction is `sql.begin`, whose `sql` the phase receives as `tx`.
  *
  * The client must parse values as postgres.js does by default (bytea as Buffer, json as
- * values, timestamptz as Date, int8 as string, or as BigInt with `types: { bigint }`).
+ * values, timestamptz as Date, int8 as string, or as BigInt with `types: { bigint }`; src/postgres/values.ts).
  * `storeTimeoutMs` answers a silent database's request at the deadline but cannot end
  * postgres.js's connection: give the client its own limit too, e.g.
  * `postgres(url, { connection: { statement_timeout: 10_000 } })`. Wait mode (`notify: true`)

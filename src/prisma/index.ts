@@ -21,6 +21,7 @@
  * ```
  */
 import { type Queryable, type QueryResultLike, SQL_DRIVER, type SqlDriver } from '../postgres/client.js';
+import { nodePostgresValue } from '../postgres/values.js';
 
 /** The slice of a Prisma client or transaction client that runs raw SQL. */
 export interface PrismaRawLike {
@@ -59,17 +60,6 @@ const RETURNS_ROWS = /^\s*(select|with|values|table|show)\b|\breturning\b/i;
  */
 const VOID_LOCK = /^\s*select\s+pg_advisory(_xact)?_lock(_shared)?\s*\(/i;
 
-/**
- * A value as node-postgres would give it: Prisma reads `int8` as a BigInt and `numeric` as a
- * Decimal (decimal.js, its `toString()` drops trailing zeros), node-postgres both as strings
- * (the type idem's row decoding expects).
- */
-function pgValue(value: unknown): unknown {
-  if (typeof value === 'bigint') return String(value);
-  if (value !== null && typeof value === 'object' && Object.prototype.toString.call(value) === '[object Decimal]') return String(value);
-  return value;
-}
-
 /** Runs `text` on `db` with Prisma's result as `{ rows, rowCount }`. */
 async function run(db: PrismaRawLike, text: string, params: unknown[] = []): Promise<QueryResultLike> {
   if (!RETURNS_ROWS.test(text) || VOID_LOCK.test(text)) {
@@ -77,7 +67,7 @@ async function run(db: PrismaRawLike, text: string, params: unknown[] = []): Pro
     return { rows: [], rowCount: count };
   }
   const rows = (await db.$queryRawUnsafe(text, ...params)) as Array<Record<string, unknown>>;
-  for (const row of rows) for (const name in row) row[name] = pgValue(row[name]);
+  for (const row of rows) for (const name in row) row[name] = nodePostgresValue(row[name]); // Prisma's bigint and Decimal as node-postgres's text
   return { rows, rowCount: rows.length };
 }
 

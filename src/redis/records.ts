@@ -2,8 +2,8 @@
  * Redis replies as the store's types: a hash's fields as a {@link KeyRecord}, the request
  * snapshot, phase results (one `p:<phase>` field each).
  */
-import { KeyState } from '../core/constants.js';
-import type { KeyRecord, PhaseResults, RequestSnapshot, StoredResponse } from '../store/types.js';
+import { decodeRecord, decodeSnapshot, type RecordColumns } from '../store/records.js';
+import type { KeyRecord, PhaseResults, RequestSnapshot } from '../store/types.js';
 
 /** Bytes as lower-case hex. */
 export function hex(bytes: Uint8Array): string {
@@ -33,56 +33,48 @@ export function phases(f: Record<string, string>): PhaseResults {
   return out;
 }
 
+/** A hash's fields with the server clock they were read at, and the retention to judge them by. */
+interface HashRead {
+  f: Record<string, string>;
+  nowMs: number;
+  retentionMs: number | undefined;
+}
+
+/** How a hash's fields read as a record's fields (the one decoder: src/store/records.ts). */
+const HASH_COLUMNS: RecordColumns<HashRead> = {
+  state: ({ f }) => f.st,
+  fingerprint: ({ f }) => new Uint8Array(Buffer.from(f.fp ?? '', 'hex')),
+  recoveryPoint: ({ f }) => f.rp ?? 'start',
+  phaseResults: ({ f }) => phases(f),
+  token: ({ f }) => Number(f.tok),
+  claimId: ({ f }) => f.cid ?? '',
+  leaseExpired: ({ f, nowMs }) => Number(f.lu ?? 0) <= nowMs,
+  leaseRemainingMs: ({ f, nowMs }) => Math.max(0, Number(f.lu ?? 0) - nowMs),
+  createdAt: ({ f }) => new Date(Number(f.ca)),
+  retentionRemainingMs: ({ f, nowMs, retentionMs }) => (retentionMs === undefined ? undefined : retentionLeft(f, retentionMs, nowMs)),
+  // Only when the body was read (`rb`).
+  response: ({ f }) =>
+    f.rb === undefined
+      ? undefined
+      : { status: Number(f.rs), headers: JSON.parse(f.rh ?? '[]') as Array<[string, string]>, body: new Uint8Array(Buffer.from(f.rb, 'base64')) },
+};
+
 /**
  * A flat field reply as a {@link KeyRecord}, judged at `nowMs` (the server clock); with
  * `retentionMs`, the retention left too (protocol.md K20).
  */
 export function toRecord(scope: string, key: string, nowMs: number, reply: unknown[], retentionMs?: number): KeyRecord {
-  const f = toFields(reply);
-  const record = recordOf(scope, key, nowMs, f);
-  if (retentionMs !== undefined) record.retentionRemainingMs = retentionLeft(f, retentionMs, nowMs);
-  return record;
+  return decodeRecord(HASH_COLUMNS, { f: toFields(reply), nowMs, retentionMs }, scope, key);
 }
 
 /** A hash's fields as a {@link KeyRecord}; the response only when its body was read. */
 export function recordOf(scope: string, key: string, nowMs: number, f: Record<string, string>): KeyRecord {
-  const state = f.st === KeyState.Done ? KeyState.Done : KeyState.Started;
-  const leaseEndMs = Number(f.lu ?? 0);
-  const record: KeyRecord = {
-    scope,
-    key,
-    state,
-    fingerprint: new Uint8Array(Buffer.from(f.fp ?? '', 'hex')),
-    recoveryPoint: f.rp ?? 'start',
-    phaseResults: phases(f),
-    token: Number(f.tok),
-    claimId: f.cid ?? '',
-    leaseExpired: leaseEndMs <= nowMs,
-    leaseRemainingMs: Math.max(0, leaseEndMs - nowMs),
-    createdAt: new Date(Number(f.ca)),
-  };
-  if (state === KeyState.Done && f.rb !== undefined) {
-    const response: StoredResponse = {
-      status: Number(f.rs),
-      headers: JSON.parse(f.rh ?? '[]') as Array<[string, string]>,
-      body: new Uint8Array(Buffer.from(f.rb, 'base64')),
-    };
-    record.response = response;
-  }
-  return record;
+  return decodeRecord(HASH_COLUMNS, { f, nowMs, retentionMs: undefined }, scope, key);
 }
 
 /** The stored request snapshot (JSON, body in base64), or undefined when none was stored. */
 export function toSnapshot(value: string | undefined): RequestSnapshot | undefined {
-  if (!value) return undefined;
-  const v = JSON.parse(value) as { method?: unknown; url?: unknown; contentType?: unknown; body?: unknown };
-  if (typeof v.method !== 'string' || typeof v.url !== 'string') return undefined;
-  return {
-    method: v.method,
-    url: v.url,
-    contentType: typeof v.contentType === 'string' ? v.contentType : null,
-    body: typeof v.body === 'string' ? new Uint8Array(Buffer.from(v.body, 'base64')) : null,
-  };
+  return value ? decodeSnapshot(JSON.parse(value)) : undefined;
 }
 
 /**

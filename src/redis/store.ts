@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { KeyState } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
+import { encodeSnapshot } from '../store/records.js';
 import type {
   AbandonedKey,
   ClaimInput,
@@ -290,12 +291,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   }
 
   async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
-    const snapshot = JSON.stringify({
-      method: request.method,
-      url: request.url,
-      contentType: request.contentType,
-      body: request.body ? Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString('base64') : null,
-    });
+    const snapshot = encodeSnapshot(request);
     const ok = await this.redis.script('saveRequest', [hashKey(this.prefix, ref.scope, ref.key)], [String(ref.token), snapshot]);
     return ok ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }

@@ -58,7 +58,10 @@ export async function toEvent(format: EventFormat, request: Request): Promise<La
       multi[name] = [value];
     });
     const query: Record<string, string[]> = {};
-    for (const [name, value] of url.searchParams) (query[name] ??= []).push(value);
+    for (const [name, value] of url.searchParams) {
+      query[name] ??= [];
+      query[name].push(value);
+    }
     Object.assign(event, {
       httpMethod: request.method,
       path: url.pathname,

@@ -19,7 +19,9 @@ interface HarnessEntry {
 }
 
 const REGISTRY = Symbol.for('idem.next.harness');
-const registry: Map<string, HarnessEntry> = ((globalThis as { [REGISTRY]?: Map<string, HarnessEntry> })[REGISTRY] ??= new Map());
+const shared = globalThis as { [REGISTRY]?: Map<string, HarnessEntry> };
+shared[REGISTRY] ??= new Map();
+const registry: Map<string, HarnessEntry> = shared[REGISTRY];
 
 /** The slice of Next's custom-server API used here (typed locally: Next's types change `process.env` globally). */
 interface NextApp {

@@ -312,7 +312,9 @@ function memoryStoreFactory(name: string, virtualTime: boolean): StoreFactory {
               if (!e) return;
               const held = e.token;
               e.token = ++internals.lastToken; // as a takeover draws it
-              tx.onRollback(() => void (e.token = held)); // part of the commit, as in a database transaction
+              tx.onRollback(() => {
+                e.token = held; // part of the commit, as in a database transaction
+              });
             },
             dump: async () =>
               [...internals.entries.values()]

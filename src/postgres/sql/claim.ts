@@ -59,13 +59,18 @@ export function claimStatements({ t, nextToken }: TableNames) {
      * Replay fast path, run before the claim: the primary-key read a retry of a finished key
      * needs, and nothing more. A finished row holds no lease (finish sets `locked_until` NULL),
      * so the lease arithmetic of {@link ROW} is left out; that arithmetic and the claim's
-     * INSERT machinery made a replay cost about 0.65x a bare primary-key read, this read costs
-     * about 1.0x (bench/, concurrency 16). Only a finished row within retention is answered
-     * from it; anything else (absent, started, past retention) goes through `claim`, so the
-     * claim stays the unique insert. $1 scope, $2 key, $3 retention ms.
+     * INSERT machinery made a replay cost about 0.65x a bare primary-key read (bench/,
+     * concurrency 16). Lean: no `recovery_point` (a finished row's is always `finished`), and
+     * the record's other columns in forms the driver passes through without a type parser
+     * (the phase results as JSON text, the token and claim id as text, `created_at` as epoch
+     * ms, to the ms as a timestamptz is read), so decoding costs what a replay needs. Only a
+     * finished row within retention is answered from it; anything else (absent, started, past
+     * retention) goes through `claim`, so the claim stays the unique insert. $1 scope, $2 key,
+     * $3 retention ms.
      */
-    readDone: `SELECT state, fingerprint, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
-        response_status, response_headers, response_body, response_body_ref, response_key_id, created_at,
+    readDone: `SELECT state, fingerprint, response_status, response_headers, response_body, response_body_ref, response_key_id,
+        phase_results::text AS phase_results_json, lock_version::text AS lock_version, claim_id::text AS claim_id,
+        date_part('epoch', date_trunc('milliseconds', created_at)) * 1000 AS created_ms,
         ${retentionExpired('$3')}
       FROM ${t} WHERE scope = $1 AND key = $2`,
 
