@@ -53,7 +53,7 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
   const killEveryMs = options.killEveryMs ?? 200;
   const timeoutMs = options.timeoutMs ?? 180_000;
   const pool = new pg.Pool({ connectionString: options.databaseUrl, max: 8 });
-  const connection = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
+  const connection = await amqplib.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
   const channel = await connection.createConfirmChannel();
   const children = new Set<ChildProcess>();
   const relayAbort = new AbortController();

@@ -2,7 +2,7 @@
  * The long consumer chaos run (issue 15): `npm run chaos -- --consumer rabbitmq [--messages 10000]`
  * (or `tsx bench/chaos/consumer.ts`). Runs bench/chaos/consumer-harness.ts with idem, then the
  * naive baseline, and prints the figures for docs/reliability.md. Exits 1 when an idem invariant
- * failed or the naive run showed no duplicates. Needs DATABASE_URL and RabbitMQ on 5672.
+ * failed or the naive run showed no duplicates. Needs DATABASE_URL and RabbitMQ (AMQP_URL, default 127.0.0.1:5672).
  */
 import { parseArgs } from 'node:util';
 import { runConsumerChaos } from './consumer-harness.js';
