@@ -59,7 +59,10 @@ describe('idem stats and streaming replication', {
   });
 });
 
-describe('bench/replication.ts', { skip: fullMatrixOnly() || (haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)'), timeout: 300_000 }, () => {
+describe('bench/replication.ts', {
+  skip: fullMatrixOnly() || (haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)'),
+  timeout: 300_000,
+}, () => {
   it('reproduces both figures on local instances: 0 charged again with a synchronous standby, some with an asynchronous one', () => {
     const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/replication.ts', '--keys', '20', '--no-write'], {
       cwd: ROOT,
