@@ -1,5 +1,5 @@
 /**
- * idem/amqp on the real RabbitMQ of this machine (127.0.0.1:5672, guest/guest): manual acks,
+ * idem/amqp on a real RabbitMQ (AMQP_URL; .ci/run: 127.0.0.1:5672, guest/guest; skipped without it): manual acks,
  * retry through the delay queue, dead-letter copies, duplicates published twice, and a
  * consumer process SIGKILLed mid-message. Random queue names, deleted after.
  */
@@ -8,15 +8,16 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import amqplib from 'amqplib';
 import { engines, useEngine } from './helpers/engines.js';
+import { needs, serviceUrl } from './helpers/services.js';
 import { consumerTables, startConsumerProcess, until } from './helpers/consumer-setup.js';
 import { IdempotentConsumer, type Disposition, type MessageContext } from '../src/consumer/index.js';
 import { amqpPublisher, consumeAmqp, REASON_HEADER } from '../src/amqp/index.js';
 import type { Queryable } from '../src/postgres/client.js';
 
-const URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+const URL = serviceUrl('AMQP_URL') ?? '';
 
 for (const engine of engines) {
-  describe(`idem/amqp on RabbitMQ, store on ${engine.name}`, () => {
+  describe(`idem/amqp on RabbitMQ, store on ${engine.name}`, { skip: needs('AMQP_URL') }, () => {
     const db = useEngine(engine);
     let connection: amqplib.ChannelModel;
     let channel: amqplib.ConfirmChannel;

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
+import { fullMatrixOnly } from './helpers/services.js';
 import { tableName } from './helpers/engines.js';
 import type { Queryable } from '../src/postgres/client.js';
 import { HttpIdempotency } from '../src/http/index.js';
@@ -147,7 +148,8 @@ if (process.env.DATABASE_URL) backends.push(() => postgresBackend(process.env.DA
 
 for (const make of backends) {
   const backend = make();
-  describe(`idem CLI on ${backend.name}`, { timeout: TIMEOUT_MS }, () => {
+  // A child process per command, each opening PGlite anew: on PGlite in the full matrix only (npm run test:all).
+  describe(`idem CLI on ${backend.name}`, { timeout: TIMEOUT_MS, skip: backend.name === 'pglite' && fullMatrixOnly() }, () => {
     const { args, table } = backend;
     after(() => backend.cleanup());
 

@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { build } from 'esbuild';
 import { chromium, type BrowserContext } from 'playwright-core';
+import { fullMatrixOnly } from './helpers/services.js';
 import {
   backends,
   pspCharges,
@@ -39,7 +40,8 @@ declare const idem: typeof import('../src/client/index.js');
 
 type StoreKind = 'localStorage' | 'indexedDB';
 
-describe('idem/client in headless chromium', { skip }, () => {
+// A browser per test: the full matrix only (npm run test:all); test/client.test.ts runs the same client in Node.
+describe('idem/client in headless chromium', { skip: fullMatrixOnly() || skip }, () => {
   let bundle = '';
   before(async () => {
     const out = await build({

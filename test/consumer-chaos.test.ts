@@ -1,6 +1,6 @@
 /**
  * The short consumer chaos run (protocol.md K4, K8, K9 for messages), on real RabbitMQ and
- * PostgreSQL (needs DATABASE_URL), through bench/chaos/consumer-harness.ts: 200 messages, each
+ * PostgreSQL (needs AMQP_URL and DATABASE_URL), through bench/chaos/consumer-harness.ts: 200 messages, each
  * published twice, consumed by three consumer processes that are SIGKILLed mid-message (and kill
  * themselves after a commit, before the ack), one of them frozen (SIGSTOP) past its lease; an
  * outbox relay publishes the events. At the end: exactly one invoice, one PSP charge and one
@@ -10,10 +10,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { runConsumerChaos } from '../bench/chaos/consumer-harness.js';
+import { needs } from './helpers/services.js';
 
 const MESSAGES = 200;
 const databaseUrl = process.env.DATABASE_URL ?? '';
-const skip = !databaseUrl && 'needs DATABASE_URL (processes share one PostgreSQL)';
+// DATABASE_URL: the consumer processes share one PostgreSQL.
+const skip = needs('DATABASE_URL', 'AMQP_URL');
 
 describe('consumer chaos run on RabbitMQ', { skip }, () => {
   it(`idem: ${MESSAGES} messages × 2 copies, consumers killed, frozen and dropping acks → one invoice, charge and event each`, async () => {

@@ -8,13 +8,15 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { fullMatrixOnly } from './helpers/services.js';
 
 const script = fileURLToPath(new URL('../scripts/model.sh', import.meta.url));
 const onPath = (tool: string) => spawnSync('sh', ['-c', `command -v ${tool}`]).status === 0;
 const missing = ['spin', 'gcc'].filter((tool) => !onPath(tool));
 const SKIP = missing.length > 0 ? `${missing.join(' and ')} not on PATH: the model check needs spin (apt-get install spin) and gcc` : false;
 
-describe('model check (spin)', { skip: SKIP }, () => {
+// Minutes of CPU: the full matrix only (npm run test:all), and `npm run model`.
+describe('model check (spin)', { skip: fullMatrixOnly() || SKIP }, () => {
   it('verifies every property of docs/model/idem.pml and finds a counterexample for every mutant', { timeout: 900_000 }, async () => {
     const child = spawn('bash', [script], { stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';

@@ -1,5 +1,5 @@
 /**
- * idem/nats on the real NATS JetStream of this machine (127.0.0.1:4222): ack after the commit,
+ * idem/nats on a real NATS JetStream (NATS_URL; .ci/run: 127.0.0.1:4222; skipped without it): ack after the commit,
  * nak with a delay, term for a dead letter, Nats-Msg-Id on the publisher, and a consumer
  * process SIGKILLed mid-message. Random stream names, deleted after.
  */
@@ -9,19 +9,20 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { AckPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { engines, useEngine } from './helpers/engines.js';
+import { needs, serviceUrl } from './helpers/services.js';
 import { consumerTables, startConsumerProcess, until } from './helpers/consumer-setup.js';
 import { IdempotentConsumer, type Disposition, type MessageContext } from '../src/consumer/index.js';
 import { consumeJetStream, jetStreamPublisher, type JsMsgLike } from '../src/nats/index.js';
 import type { Queryable } from '../src/postgres/client.js';
 
-const SERVERS = process.env.NATS_URL ?? '127.0.0.1:4222';
+const SERVERS = serviceUrl('NATS_URL') ?? '';
 const nanos = (ms: number) => ms * 1_000_000;
 const json = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 /** The tests' message id: the order id in the body, so two publishes of one order get past JetStream's own dedup. */
 const orderId = (m: JsMsgLike) => String((JSON.parse(new TextDecoder().decode(m.data)) as { orderId: string }).orderId);
 
 for (const engine of engines) {
-  describe(`idem/nats on JetStream, store on ${engine.name}`, () => {
+  describe(`idem/nats on JetStream, store on ${engine.name}`, { skip: needs('NATS_URL') }, () => {
     const db = useEngine(engine);
     let nc: NatsConnection;
     let js: JetStreamClient;
@@ -67,7 +68,9 @@ for (const engine of engines) {
       for (const id of ids) await publish({ id: `b-${id}`, destination: name, body: json({ orderId: id }), contentType: null });
       const repeat = await js.publish(name, json({ orderId: ids[0] }), { msgID: `a-${ids[0]}` });
       assert.equal(repeat.duplicate, true, 'JetStream dropped the relay-style repeat');
-      await until(() => seen.length === 40, 60_000, '40 dispositions');
+      // Acks, not dispositions: with 4 in flight on a loaded machine both copies of one order can
+      // overlap, and the second gets a retry (in-progress) before its redelivery is acked.
+      await until(() => seen.filter((d) => d.action === 'ack').length === 40, 60_000, '40 acks');
       await messages.close();
       await done;
       assert.equal(seen.filter((d) => d.action === 'ack' && d.reason === 'processed').length, 20);

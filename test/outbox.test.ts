@@ -1,6 +1,6 @@
 /**
  * The transactional outbox (idem/postgres Outbox, OutboxRelay) on PGlite and PostgreSQL, relaying
- * to the real RabbitMQ (publisher confirms) and NATS JetStream (Nats-Msg-Id): enqueued with the
+ * to a real RabbitMQ (publisher confirms) and NATS JetStream (Nats-Msg-Id) at AMQP_URL and NATS_URL (skipped without them): enqueued with the
  * phase's effects or not at all, published once by concurrent relays, repeated after a relay
  * failure and deduplicated by JetStream.
  */
@@ -11,6 +11,7 @@ import amqplib from 'amqplib';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { engines, useEngine } from './helpers/engines.js';
+import { needs, serviceUrl } from './helpers/services.js';
 import { consumerTables } from './helpers/consumer-setup.js';
 import { IdempotentConsumer, type Publisher } from '../src/consumer/index.js';
 import { Outbox, OutboxRelay } from '../src/postgres/index.js';
@@ -19,7 +20,7 @@ import { jetStreamPublisher } from '../src/nats/index.js';
 import type { Queryable } from '../src/postgres/client.js';
 
 for (const engine of engines) {
-  describe(`Outbox and OutboxRelay, store on ${engine.name}`, () => {
+  describe(`Outbox and OutboxRelay, store on ${engine.name}`, { skip: needs('AMQP_URL', 'NATS_URL') }, () => {
     const db = useEngine(engine);
     let amqp: amqplib.ChannelModel;
     let channel: amqplib.ConfirmChannel;
@@ -27,9 +28,9 @@ for (const engine of engines) {
     const queues: string[] = [];
     const streams: string[] = [];
     before(async () => {
-      amqp = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
+      amqp = await amqplib.connect(serviceUrl('AMQP_URL')!);
       channel = await amqp.createConfirmChannel();
-      nc = await connect({ servers: '127.0.0.1:4222' });
+      nc = await connect({ servers: serviceUrl('NATS_URL')! });
     });
     after(async () => {
       for (const q of queues) await channel.deleteQueue(q).catch(() => undefined);

@@ -13,10 +13,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { ROOT } from './helpers/next-build.js';
+import { fullMatrixOnly } from './helpers/services.js';
 
 const run = promisify(execFile);
 
-describe('the packed package: idem/next, idem/lambda, idem/koa', () => {
+// npm pack builds dist/ (tsc): the full matrix only (npm run test:all), as `npm run check:pack`.
+describe('the packed package: idem/next, idem/lambda, idem/koa', { skip: fullMatrixOnly() }, () => {
   let dir = '';
   before(
     async () => {

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { haveServerBinaries, startCluster, type Cluster } from '../bench/lib/pg-cluster.js';
+import { fullMatrixOnly } from './helpers/services.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const idem = (args: string[], env: Record<string, string>) =>
@@ -18,8 +19,9 @@ const idem = (args: string[], env: Record<string, string>) =>
     timeout: 60_000,
   });
 
+// Two PostgreSQL servers started per suite: the full matrix only (npm run test:all).
 describe('idem stats and streaming replication', {
-  skip: haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)',
+  skip: fullMatrixOnly() || (haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)'),
   timeout: 180_000,
 }, () => {
   let cluster: Cluster;
@@ -57,7 +59,10 @@ describe('idem stats and streaming replication', {
   });
 });
 
-describe('bench/replication.ts', { skip: haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)', timeout: 300_000 }, () => {
+describe('bench/replication.ts', {
+  skip: fullMatrixOnly() || (haveServerBinaries() ? false : 'needs the PostgreSQL server binaries (PG_BIN)'),
+  timeout: 300_000,
+}, () => {
   it('reproduces both figures on local instances: 0 charged again with a synchronous standby, some with an asynchronous one', () => {
     const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/replication.ts', '--keys', '20', '--no-write'], {
       cwd: ROOT,

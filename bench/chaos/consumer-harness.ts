@@ -69,7 +69,7 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
   const crashLoops = options.mode === 'idem' ? (options.crashLoops ?? 0) : 0;
   const maxAttempts = options.maxAttempts ?? (crashLoops > 0 ? 5 : 1000);
   const pool = new pg.Pool({ connectionString: options.databaseUrl, max: 8 });
-  const connection = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
+  const connection = await amqplib.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
   const channel = await connection.createConfirmChannel();
   const nats = broker === 'nats' ? await natsBroker() : undefined;
   const dead = new Set<string>();

@@ -5,7 +5,7 @@
  * figures for docs/reliability.md. With crash loops (default 1 % of the messages, at least 5),
  * that many poison messages kill their consumer on every delivery and must be dead-lettered
  * after at most `maxAttempts` (5) runs (protocol.md K23). Exits 1 when an idem invariant failed
- * or the naive run showed no duplicates. Needs DATABASE_URL, RabbitMQ on 5672 (and NATS on 4222).
+ * or the naive run showed no duplicates. Needs DATABASE_URL and RabbitMQ (AMQP_URL, default 127.0.0.1:5672) or NATS (NATS_URL, default 127.0.0.1:4222).
  */
 import { parseArgs } from 'node:util';
 import { runConsumerChaos } from './consumer-harness.js';

@@ -23,14 +23,14 @@ const handler = async (ctx: MessageContext<Queryable>) => {
 if (broker === 'amqp') {
   const amqplib = await import('amqplib');
   const { consumeAmqp } = await import('../../src/amqp/index.js');
-  const connection = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
+  const connection = await amqplib.connect(process.env.AMQP_URL!); // the test's env (test/helpers/services.ts)
   const channel = await connection.createConfirmChannel();
   await consumeAmqp({ channel, queue: name, consumer, handler, prefetch: 1 });
 } else {
   const { connect } = await import('@nats-io/transport-node');
   const { jetstream } = await import('@nats-io/jetstream');
   const { consumeJetStream } = await import('../../src/nats/index.js');
-  const nc = await connect({ servers: '127.0.0.1:4222' });
+  const nc = await connect({ servers: process.env.NATS_URL! });
   const js = jetstream(nc);
   const messages = await (await js.consumers.get(name, name)).consume({ max_messages: 1 });
   void consumeJetStream({ messages, consumer, handler });

@@ -42,7 +42,14 @@ export async function startNext(): Promise<string> {
     const app = next({ dev: false, dir: NEXT_APP, hostname: '127.0.0.1', quiet: true });
     await app.prepare();
     const handle = app.getRequestHandler();
-    const listening = await listen(http.createServer((req, res) => void handle(req, res)));
+    const httpServer = http.createServer((req, res) => void handle(req, res));
+    // One server answers every test of the file, so fetch's pool reuses a connection across the
+    // gaps between tests (a store's `before` starting PGlite takes seconds on a busy machine). By
+    // default Node ends a connection idle for 5 s (keepAliveTimeout) while undici, whose idle
+    // timers are coarse, may send on it at that very moment: ECONNRESET, "fetch failed". With no
+    // server-side idle timeout only the client ends idle connections; stopNext closes them all.
+    httpServer.keepAliveTimeout = 0;
+    const listening = await listen(httpServer);
     return {
       url: listening.url,
       close: async () => {

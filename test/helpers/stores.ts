@@ -113,6 +113,15 @@ export interface StoreFactory {
    * at a fraction of the time (see {@link suiteStores}).
    */
   contractOnly?: boolean;
+  /**
+   * The store changes how an HTTP adapter behaves, so the adapter contract runs every harness on
+   * it in the full matrix: the memory store (virtual time, no transaction), PGlite (one
+   * connection, in process), a PostgreSQL server (a pool, real concurrency) and Redis with
+   * PostgreSQL phases (claims and results apart from the effects). The other suite stores are
+   * another driver or mode of one of these: the web core alone runs the adapter contract on them
+   * (test/helpers/adapter-run.ts; docs/architecture.md, "What each suite proves").
+   */
+  adapterMatrix?: boolean;
   connect(): Promise<StoreBackend>;
 }
 
@@ -156,10 +165,12 @@ export function postgresFactory<Tx>(
   contractOnly = false,
   options: Partial<PostgresStoreOptions<Tx>> = {},
   prepare?: (store: PostgresStore<Tx>) => Promise<unknown>,
+  adapterMatrix = false,
 ): StoreFactory {
   return {
     name,
     contractOnly,
+    adapterMatrix,
     capabilities: { sweep: partitioned ? 'partitions' : 'rows', partitioned, sql: true, virtualTime: false },
     async connect() {
       const db = await open();
@@ -273,6 +284,7 @@ export const memoryRealClockFactory: StoreFactory = memoryStoreFactory('memory (
 function memoryStoreFactory(name: string, virtualTime: boolean): StoreFactory {
   return {
     name,
+    adapterMatrix: virtualTime,
     capabilities: { sweep: 'rows', partitioned: false, sql: false, virtualTime },
     async connect() {
       return {
@@ -384,7 +396,7 @@ const openPostgresJs = async (): Promise<PostgresClient<postgres.TransactionSql>
  */
 export const storeFactories: StoreFactory[] = [
   memoryFactory,
-  postgresFactory('PostgresStore on PGlite', openPglite, false),
+  postgresFactory('PostgresStore on PGlite', openPglite, false, false, {}, undefined, true),
   // PGlite runs one query at a time and a partitioned claim is a transaction holding an advisory
   // lock: the engine and HTTP suites on it took over 3 minutes on a busy two-core machine and
   // cover nothing the partitioned PostgreSQL entry does not.
@@ -394,7 +406,7 @@ export const storeFactories: StoreFactory[] = [
   postgresFactory('PostgresStore (group commit) on PGlite', openPglite, false, true, { groupCommit: true }),
   ...(process.env.DATABASE_URL
     ? [
-        postgresFactory('PostgresStore on PostgreSQL', openPostgres, false),
+        postgresFactory('PostgresStore on PostgreSQL', openPostgres, false, false, {}, undefined, true),
         postgresFactory('PostgresStore (partitioned) on PostgreSQL', openPostgres, true),
         postgresFactory('PostgresStore (group commit) on PostgreSQL', openPostgres, false, true, { groupCommit: true }),
         postgresFactory('PostgresStore on postgres.js', openPostgresJs, false),
@@ -409,7 +421,7 @@ export const storeFactories: StoreFactory[] = [
   // Drizzle on PGlite, node-postgres and postgres.js: test/helpers/drizzle-stores.ts.
   ...drizzleFactories(),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
-  ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, redisPostgresPhasesFactory] : []),
+  ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, { ...redisPostgresPhasesFactory, adapterMatrix: true }] : []),
   // Citus (tables distributed by scope) when CITUS_URL is set: test/helpers/citus-stores.ts.
   ...citusFactories(postgresFactory),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
