@@ -24,9 +24,10 @@ import { consumeJetStream } from '../src/nats/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import type { Queryable } from '../src/postgres/client.js';
 import { MemoryStore } from '../src/memory/index.js';
+import { needs, serviceUrl } from './helpers/services.js';
 
 const DATABASE_URL = process.env.DATABASE_URL;
-const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+const AMQP_URL = serviceUrl('AMQP_URL');
 const LEASE_MS = 20_000;
 /** How long the first copy keeps working after the duplicate and another message arrived. */
 const FIRST_COPY_MORE_MS = 500;
@@ -43,7 +44,7 @@ interface Broker {
 }
 
 async function rabbitmq(): Promise<Broker> {
-  const connection = await amqplib.connect(AMQP_URL);
+  const connection = await amqplib.connect(AMQP_URL!);
   const channel = await connection.createConfirmChannel();
   return {
     async consume(queue, consumer, handler, onDisposition) {
@@ -69,7 +70,7 @@ async function rabbitmq(): Promise<Broker> {
 
 /** JetStream: both copies published without `Nats-Msg-Id` (JetStream would drop the second); the id rides in `Idem-Id`. */
 async function nats(): Promise<Broker> {
-  const nc = await connect({ servers: process.env.NATS_URL ?? '127.0.0.1:4222' });
+  const nc = await connect({ servers: serviceUrl('NATS_URL')! });
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   return {
@@ -103,12 +104,12 @@ async function nats(): Promise<Broker> {
   };
 }
 
-for (const [brokerName, open] of [
-  ['RabbitMQ', rabbitmq],
-  ['NATS JetStream', nats],
+for (const [brokerName, open, service] of [
+  ['RabbitMQ', rabbitmq, 'AMQP_URL'],
+  ['NATS JetStream', nats, 'NATS_URL'],
 ] as const) {
   describe(`a duplicate delivery while the first copy runs (${brokerName}, idem on PostgreSQL)`, {
-    skip: DATABASE_URL ? false : 'set DATABASE_URL to run',
+    skip: needs('DATABASE_URL', service),
   }, () => {
     let pool: pg.Pool;
     let broker: Broker;

@@ -21,6 +21,7 @@ import { PostgresStore } from '../src/postgres/index.js';
 import { REASON_HEADER } from '../src/amqp/index.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { MemoryStore } from '../src/memory/index.js';
+import { needs, serviceUrl } from './helpers/services.js';
 
 const SCRIPT = fileURLToPath(new URL('./helpers/crash-loop-process.ts', import.meta.url));
 const MAX_ATTEMPTS = 3;
@@ -28,7 +29,7 @@ const MAX_ATTEMPTS = 3;
 const RESTARTS = MAX_ATTEMPTS + 3;
 const DATABASE_URL = process.env.DATABASE_URL;
 const REDIS_URL = process.env.REDIS_URL;
-const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+const AMQP_URL = serviceUrl('AMQP_URL');
 
 const runsIn = (output: string): number => output.split('\n').filter((line) => line.startsWith('RUN ')).length;
 
@@ -59,7 +60,7 @@ const backends = [
 ] as const;
 
 for (const { name, backend, env } of backends) {
-  describe(`HTTP crash loop on ${name}`, { skip: env ? false : `set ${backend === 'pg' ? 'DATABASE_URL' : 'REDIS_URL'} to run` }, () => {
+  describe(`HTTP crash loop on ${name}`, { skip: env ? false : needs(backend === 'pg' ? 'DATABASE_URL' : 'REDIS_URL') }, () => {
     let pool: pg.Pool | undefined;
     const tables: string[] = [];
     before(() => {
@@ -114,7 +115,7 @@ for (const { name, backend, env } of backends) {
   });
 }
 
-describe('RabbitMQ consumer crash loop (idem on PostgreSQL)', { skip: DATABASE_URL ? false : 'set DATABASE_URL to run' }, () => {
+describe('RabbitMQ consumer crash loop (idem on PostgreSQL)', { skip: needs('DATABASE_URL', 'AMQP_URL') }, () => {
   let pool: pg.Pool;
   let connection: amqplib.ChannelModel;
   let channel: amqplib.ConfirmChannel;
@@ -122,7 +123,7 @@ describe('RabbitMQ consumer crash loop (idem on PostgreSQL)', { skip: DATABASE_U
   const drops: Array<() => Promise<void>> = [];
   before(async () => {
     pool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-    connection = await amqplib.connect(AMQP_URL);
+    connection = await amqplib.connect(AMQP_URL!);
     channel = await connection.createConfirmChannel();
   });
   after(async () => {
@@ -153,7 +154,7 @@ describe('RabbitMQ consumer crash loop (idem on PostgreSQL)', { skip: DATABASE_U
         let runs = 0;
         let deadLettered: amqplib.GetMessage | false = false;
         for (let restart = 0; restart <= RESTARTS && !deadLettered; restart++) {
-          const child = spawnTs(SCRIPT, { DATABASE_URL: DATABASE_URL!, AMQP_URL }, ['amqp', queue, tables.table, dead, how, String(MAX_ATTEMPTS)]);
+          const child = spawnTs(SCRIPT, { DATABASE_URL: DATABASE_URL!, AMQP_URL: AMQP_URL! }, ['amqp', queue, tables.table, dead, how, String(MAX_ATTEMPTS)]);
           await child.waitFor(/READY/);
           // The child dies on its delivery, or dead-letters it and lives on.
           let exited = false;

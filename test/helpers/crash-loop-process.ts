@@ -63,7 +63,7 @@ if (mode === 'http') {
   const consumer = new IdempotentConsumer({ store, scope: queue, leaseMs: LEASE_MS, heartbeatMs: 200, retryDelayMs: 50, maxAttempts: Number(max) });
   const amqplib = await import('amqplib');
   const { consumeAmqp } = await import('../../src/amqp/index.js');
-  const connection = await amqplib.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
+  const connection = await amqplib.connect(process.env.AMQP_URL as string);
   const channel = await connection.createConfirmChannel();
   await consumeAmqp({
     channel,
