@@ -50,12 +50,21 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
    * node) that accepted the connection and never answers fails the call with a
    * `StoreTimeoutError` after this long, so the request gets `503` with `Retry-After` instead
    * of hanging; mid-work, the attempt fails as a throw. A `WAIT` (`durability`) may take
-   * `durability.timeoutMs` more. The connection is not reset: a Redis that stalls and resumes
-   * answers on it in order; out of a black hole (accepts bytes, never answers) only the client
-   * reconnects, which ioredis does with its `socketTimeout` option. `0` turns the deadline off.
+   * `durability.timeoutMs` more. The connection is not reset for a late reply: a Redis that
+   * stalls and resumes answers on it in order (see `silentLinkMs` for one that never does).
+   * `0` turns the deadline off (and `silentLinkMs` with it).
    * @default 5000
    */
   storeTimeoutMs?: number;
+  /**
+   * How long idem's commands may wait with no reply at all before the connection counts as
+   * dead (a black hole: accepts bytes, never answers) and idem makes a single client
+   * reconnect: ioredis `Redis` by destroying its socket, a node-redis client with `destroy()`
+   * then `connect()` (protocol.md H23). Checked when a command misses `storeTimeoutMs`. A
+   * Cluster relies on its client's own timers (docs/connection-faults.md). `0`: never.
+   * @default 3 × storeTimeoutMs
+   */
+  silentLinkMs?: number;
 }
 
 /** Fewer replicas than `durability.replicas` acknowledged a write within `durability.timeoutMs`. */

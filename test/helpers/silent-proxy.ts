@@ -5,7 +5,9 @@
  * full SYN-ACK-only load balancer). Connections that lived through a silent spell stay silent
  * for good (their bytes were dropped, their protocol state is lost): the client must destroy
  * them. In `stall` mode it holds the bytes instead and delivers them, in order, when switched
- * back to `forward` (a stalled server that resumes: every reply arrives, late).
+ * back to `forward` (a stalled server that resumes: every reply arrives, late). `cut()` resets
+ * each open connection on the next bytes its client sends, before they reach the server (a
+ * socket destroyed mid-command, with no reply).
  */
 import net from 'node:net';
 
@@ -19,13 +21,15 @@ export interface SilentProxy {
   mode(next: 'forward' | 'silent' | 'stall'): void;
   /** Connections accepted so far. */
   accepted(): number;
+  /** Resets every open connection when its client next sends bytes (never forwarded); new connections pass. */
+  cut(): void;
   close(): Promise<void>;
 }
 
 export async function startSilentProxy(target: { host: string; port: number }): Promise<SilentProxy> {
   let mode: 'forward' | 'silent' | 'stall' = 'forward';
   let accepted = 0;
-  type Link = { client: net.Socket; upstream?: net.Socket; dead: boolean; held?: Array<() => void> };
+  type Link = { client: net.Socket; upstream?: net.Socket; dead: boolean; held?: Array<() => void>; cut?: boolean };
   const links = new Set<Link>();
   const server = net.createServer((client) => {
     accepted++;
@@ -46,6 +50,10 @@ export async function startSilentProxy(target: { host: string; port: number }): 
     upstream.on('error', end).on('close', end);
     const pass = (to: net.Socket, chunk: Buffer) => {
       if (link.dead) return;
+      if (link.cut && to === upstream) {
+        client.resetAndDestroy();
+        return end();
+      }
       if (link.held) link.held.push(() => to.write(chunk));
       else to.write(chunk);
     };
@@ -68,6 +76,9 @@ export async function startSilentProxy(target: { host: string; port: number }): 
       }
     },
     accepted: () => accepted,
+    cut() {
+      for (const link of links) link.cut = true;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const link of links) {

@@ -1,0 +1,57 @@
+/**
+ * Client settings idem knows to be unrecoverable, refused when the store is built
+ * (protocol.md H23): a node-redis client that, once its connection drops, never reconnects
+ * and answers every later command with `ClientClosedError`, so the service would answer 503
+ * until it is restarted.
+ */
+
+/** The part of node-redis's `socket` options read here. */
+interface NodeRedisSocketOptions {
+  socketTimeout?: number;
+  reconnectStrategy?: unknown;
+}
+
+/** What the reconnect strategy to pass looks like, in the error message. */
+const STRATEGY_EXAMPLE = 'socket: { reconnectStrategy: (retries) => Math.min(50 * 2 ** retries, 2000) }';
+
+/**
+ * Why `socket` (node-redis socket options, from a client or a cluster's `defaults` or root
+ * node) never reconnects, or `undefined` when it does:
+ * - `reconnectStrategy: false`: no reconnect after any drop (a Redis restart, a reset);
+ * - `socketTimeout` without a `reconnectStrategy`: node-redis's default strategy gives up on a
+ *   socket timeout, so the first idle spell longer than `socketTimeout` (the timer counts
+ *   inactivity, also on a healthy link) closes the client for good.
+ */
+function unrecoverable(socket: NodeRedisSocketOptions | undefined, where: string): string | undefined {
+  if (!socket) return undefined;
+  if (socket.reconnectStrategy === false)
+    return `${where}.reconnectStrategy is false: node-redis never reconnects after a dropped connection, and every request would get 503 until a restart. Pass a strategy that returns a delay, e.g. ${STRATEGY_EXAMPLE}`;
+  if (socket.reconnectStrategy === undefined && typeof socket.socketTimeout === 'number' && socket.socketTimeout > 0)
+    return `${where}.socketTimeout is set without ${where}.reconnectStrategy: node-redis's default strategy does not reconnect after a socket timeout (an idle spell longer than socketTimeout closes the client for good), and every request would get 503 until a restart. Pass ${STRATEGY_EXAMPLE}, or drop socketTimeout`;
+  return undefined;
+}
+
+/**
+ * Checks the settings of a node-redis client or cluster; an ioredis client reconnects with its
+ * defaults and passes. Returns the reason to refuse `client`, or `undefined`.
+ */
+export function refusedClientSettings(client: unknown): string | undefined {
+  const c = client as {
+    options?: { socket?: NodeRedisSocketOptions };
+    _options?: { defaults?: { socket?: NodeRedisSocketOptions }; rootNodes?: Array<{ socket?: NodeRedisSocketOptions }> };
+    call?: unknown;
+  };
+  if (typeof client !== 'object' || client === null || typeof c.call === 'function') return undefined; // ioredis, or no client (toRunner says so)
+  if ('masters' in (client as object)) {
+    const defaults = c._options?.defaults?.socket;
+    const own = unrecoverable(defaults, 'defaults.socket');
+    if (own) return own;
+    for (const node of c._options?.rootNodes ?? []) {
+      const socket = node.socket ? { ...defaults, ...node.socket } : undefined;
+      const reason = unrecoverable(socket, 'rootNodes[].socket');
+      if (reason) return reason;
+    }
+    return undefined;
+  }
+  return unrecoverable(c.options?.socket, 'socket');
+}
