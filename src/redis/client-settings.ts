@@ -15,8 +15,7 @@ interface NodeRedisSocketOptions {
 const STRATEGY_EXAMPLE = 'socket: { reconnectStrategy: (retries) => Math.min(50 * 2 ** retries, 2000) }';
 
 /**
- * Why `socket` (node-redis socket options, from a client or a cluster's `defaults` or root
- * node) never reconnects, or `undefined` when it does:
+ * Why `socket` (node-redis socket options, of a client or a cluster's `defaults`) never reconnects, or `undefined` when it does:
  * - `reconnectStrategy: false`: no reconnect after any drop (a Redis restart, a reset);
  * - `socketTimeout` without a `reconnectStrategy`: node-redis's default strategy gives up on a
  *   socket timeout, so the first idle spell longer than `socketTimeout` (the timer counts
@@ -38,20 +37,12 @@ function unrecoverable(socket: NodeRedisSocketOptions | undefined, where: string
 export function refusedClientSettings(client: unknown): string | undefined {
   const c = client as {
     options?: { socket?: NodeRedisSocketOptions };
-    _options?: { defaults?: { socket?: NodeRedisSocketOptions }; rootNodes?: Array<{ socket?: NodeRedisSocketOptions }> };
+    _options?: { defaults?: { socket?: NodeRedisSocketOptions } };
     call?: unknown;
   };
   if (typeof client !== 'object' || client === null || typeof c.call === 'function') return undefined; // ioredis, or no client (toRunner says so)
-  if ('masters' in (client as object)) {
-    const defaults = c._options?.defaults?.socket;
-    const own = unrecoverable(defaults, 'defaults.socket');
-    if (own) return own;
-    for (const node of c._options?.rootNodes ?? []) {
-      const socket = node.socket ? { ...defaults, ...node.socket } : undefined;
-      const reason = unrecoverable(socket, 'rootNodes[].socket');
-      if (reason) return reason;
-    }
-    return undefined;
-  }
+  // A cluster's node clients take `defaults`; its root nodes only serve discovery (node-redis
+  // itself sets their reconnectStrategy to false).
+  if ('masters' in (client as object)) return unrecoverable(c._options?.defaults?.socket, 'defaults.socket');
   return unrecoverable(c.options?.socket, 'socket');
 }
