@@ -1,6 +1,6 @@
 /**
  * Connection faults on RedisStore, for node-redis and ioredis (issue 24 item 1, protocol.md H17,
- * H23), each in a real child process serving HTTP with the configuration of
+ * H24), each in a real child process serving HTTP with the configuration of
  * docs/connection-faults.md, on a redis-server of the test's own behind a TCP proxy:
  * - cut: the socket is reset mid-command, no reply;
  * - kill: the server is SIGKILLed, then started again;
@@ -24,7 +24,7 @@ import { spawnTs } from './helpers/process.js';
 import { startOwnRedis } from './helpers/redis-server.js';
 import { REDIS_URL, redisSkip } from './helpers/redis.js';
 import { startSilentProxy } from './helpers/silent-proxy.js';
-import { sleep, within } from './helpers/wait.js';
+import { poll, sleep, within } from './helpers/wait.js';
 
 const DEADLINE_MS = 1000;
 /** node-redis `socketTimeout` in the child: shorter than the idle spells below. */
@@ -80,11 +80,19 @@ async function startService(clientKind: string) {
   return {
     async survives(fault: Fault, traffic: 'steady traffic' | 'idleness'): Promise<number> {
       assert.equal(await send(`${fault}: before the fault`), 201);
-      if (fault === 'cut') proxy.cut();
+      const during: number[] = [];
+      if (fault === 'cut') {
+        // Stalled, the request's command stays in the proxy: the cut lands mid-command.
+        proxy.mode('stall');
+        const inFlight = send(`${fault}: the request whose command was cut`);
+        await poll(() => (proxy.held() > 0 ? true : undefined), 10_000, 'a command in flight');
+        proxy.cut();
+        proxy.mode('forward');
+        during.push(await inFlight);
+      }
       if (fault === 'kill') await redis.kill();
       if (fault === 'black hole') proxy.mode('silent');
       if (fault === 'idle') await sleep(SOCKET_TIMEOUT_MS + 1500);
-      const during: number[] = [];
       for (let i = 0; i < 3; i++) during.push(await send(`${fault}: request ${i} during the fault`));
       // A cut loses one command and the client reconnects at once (ioredis resends it); an idle
       // spell is no outage: only its aftermath counts.

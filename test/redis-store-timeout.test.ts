@@ -13,7 +13,7 @@
  *   deadline, so a 503 within the deadline + 1 s can only come from idem. node-redis has no
  *   timer that fires under traffic (its `socket.socketTimeout` is an inactivity timer that
  *   every write resets, and none is set here): idem's silent-link reset makes it reconnect
- *   (protocol.md H23, `silentLinkMs`).
+ *   (protocol.md H24, `silentLinkMs`).
  *
  * And a claim whose reply comes after the deadline (the command was queued and ran late): the
  * key is claimed by nobody, answers 409 until its lease ends, then the next retry takes it over

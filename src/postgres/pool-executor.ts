@@ -5,6 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ExecutorLimits, PoolClientLike, PoolLike, Queryable, QueryResultLike, SqlExecutor } from './client.js';
+import { hearConnectionErrors } from './connection-errors.js';
 import { deadline, describeStatement, hasDeadline, StoreTimeoutError } from './deadline.js';
 
 /** The error lives with the other stores' deadline (src/store/deadline.ts); re-exported from its old path. */
@@ -71,6 +72,7 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
     );
     const conn = await deadline(pending, timeoutMs, 'waiting for a pool connection', () => (late = true));
     done.delete(conn);
+    hearConnectionErrors(conn); // a socket that ends mid-statement must not end the process (protocol.md H23)
     return conn;
   }
 

@@ -1,6 +1,6 @@
 /**
  * Client settings idem knows to be unrecoverable, refused when the store is built
- * (protocol.md H23): a node-redis client that, once its connection drops, never reconnects
+ * (protocol.md H24): a node-redis client that, once its connection drops, never reconnects
  * and answers every later command with `ClientClosedError`, so the service would answer 503
  * until it is restarted.
  */

@@ -88,7 +88,7 @@ async function retryingTryAgain<T>(run: () => Promise<T>): Promise<T> {
  * belongs to (unlike a pool connection, nothing is held that another request needs). Once
  * idem's commands have waited `silentLinkMs` with no reply at all (a black hole that accepts
  * bytes and never answers), a single client is made to reconnect (src/redis/silent-link.ts,
- * protocol.md H23); a Cluster's nodes rely on the client's own timers (docs/connection-faults.md).
+ * protocol.md H24); a Cluster's nodes rely on the client's own timers (docs/connection-faults.md).
  *
  * The command itself stays queued in the client and may still run after the deadline. Safe for
  * every script (protocol.md K-rules): a late `claim` creates a key with a lease and a token no

@@ -60,7 +60,7 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
    * How long idem's commands may wait with no reply at all before the connection counts as
    * dead (a black hole: accepts bytes, never answers) and idem makes a single client
    * reconnect: ioredis `Redis` by destroying its socket, a node-redis client with `destroy()`
-   * then `connect()` (protocol.md H23). Checked when a command misses `storeTimeoutMs`. A
+   * then `connect()` (protocol.md H24). Checked when a command misses `storeTimeoutMs`. A
    * Cluster relies on its client's own timers (docs/connection-faults.md). `0`: never.
    * @default 3 × storeTimeoutMs
    */

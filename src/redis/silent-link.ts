@@ -1,7 +1,7 @@
 /**
  * Notices a connection that went silent for good (a black hole: a proxy, balancer or NAT that
  * lost the flow accepts bytes and never answers) and makes the client reconnect
- * (protocol.md H23). Neither driver does it by default under traffic: node-redis's
+ * (protocol.md H24). Neither driver does it by default under traffic: node-redis's
  * `socketTimeout` is an inactivity timer that every write resets, and ioredis has no timer
  * unless `socketTimeout` is set. Without this, a black-holed link answers 503 until TCP gives
  * up (minutes) or the service restarts.

@@ -74,7 +74,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
 
   /**
    * @throws {InvalidOptionError} no usable client, a node-redis client that never reconnects
-   *   (protocol.md H23), a prefix with `{` or `}`, a bad `durability`, `storeTimeoutMs` or `silentLinkMs`
+   *   (protocol.md H24), a prefix with `{` or `}`, a bad `durability`, `storeTimeoutMs` or `silentLinkMs`
    */
   constructor(options: RedisStoreOptions<Tx>) {
     if (!options?.client) throw new InvalidOptionError('idem/redis: option client is required');

@@ -5,9 +5,10 @@
  * full SYN-ACK-only load balancer). Connections that lived through a silent spell stay silent
  * for good (their bytes were dropped, their protocol state is lost): the client must destroy
  * them. In `stall` mode it holds the bytes instead and delivers them, in order, when switched
- * back to `forward` (a stalled server that resumes: every reply arrives, late). `cut()` resets
- * each open connection on the next bytes its client sends, before they reach the server (a
- * socket destroyed mid-command, with no reply).
+ * back to `forward` (a stalled server that resumes: every reply arrives, late). In `refuse` mode
+ * it resets every connection, open and new (a server that was killed: the port answers with a
+ * reset). `cut()` destroys every open connection at once, with no message from the server
+ * (a proxy restart, a killed pgbouncer, a NAT that forgot the flow).
  */
 import net from 'node:net';
 
@@ -18,21 +19,31 @@ export interface SilentProxy {
    * `forward`, `silent` or `stall`; switching to `forward` affects connections opened from then
    * on, and delivers what stalled connections held.
    */
-  mode(next: 'forward' | 'silent' | 'stall'): void;
+  mode(next: Mode): void;
   /** Connections accepted so far. */
   accepted(): number;
-  /** Resets every open connection when its client next sends bytes (never forwarded); new connections pass. */
+  /** Chunks that stalled connections hold now (a statement in flight shows here in `stall` mode). */
+  held(): number;
+  /** Destroys every open connection on both sides now; new ones are served per the mode. */
   cut(): void;
   close(): Promise<void>;
 }
 
+/** What the proxy does with bytes: see {@link startSilentProxy}. */
+export type Mode = 'forward' | 'silent' | 'stall' | 'refuse';
+
 export async function startSilentProxy(target: { host: string; port: number }): Promise<SilentProxy> {
-  let mode: 'forward' | 'silent' | 'stall' = 'forward';
+  let mode: Mode = 'forward';
   let accepted = 0;
-  type Link = { client: net.Socket; upstream?: net.Socket; dead: boolean; held?: Array<() => void>; cut?: boolean };
+  type Link = { client: net.Socket; upstream?: net.Socket; dead: boolean; held?: Array<() => void> };
   const links = new Set<Link>();
   const server = net.createServer((client) => {
     accepted++;
+    if (mode === 'refuse') {
+      client.on('error', () => undefined);
+      client.resetAndDestroy();
+      return;
+    }
     const link: Link = { client, dead: mode === 'silent', ...(mode === 'stall' ? { held: [] } : {}) };
     links.add(link);
     const end = () => {
@@ -50,10 +61,6 @@ export async function startSilentProxy(target: { host: string; port: number }): 
     upstream.on('error', end).on('close', end);
     const pass = (to: net.Socket, chunk: Buffer) => {
       if (link.dead) return;
-      if (link.cut && to === upstream) {
-        client.resetAndDestroy();
-        return end();
-      }
       if (link.held) link.held.push(() => to.write(chunk));
       else to.write(chunk);
     };
@@ -61,10 +68,19 @@ export async function startSilentProxy(target: { host: string; port: number }): 
     upstream.on('data', (chunk) => pass(client, chunk));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const cut = (reset: boolean) => {
+    for (const link of links) {
+      links.delete(link);
+      if (reset) link.client.resetAndDestroy();
+      else link.client.destroy();
+      link.upstream?.destroy();
+    }
+  };
   return {
     port: (server.address() as net.AddressInfo).port,
     mode(next) {
       mode = next;
+      if (next === 'refuse') cut(true);
       for (const link of links) {
         if (next === 'silent') link.dead = true;
         if (next === 'stall' && !link.dead) link.held ??= [];
@@ -76,9 +92,8 @@ export async function startSilentProxy(target: { host: string; port: number }): 
       }
     },
     accepted: () => accepted,
-    cut() {
-      for (const link of links) link.cut = true;
-    },
+    held: () => [...links].reduce((n, link) => n + (link.held?.length ?? 0), 0),
+    cut: () => cut(false),
     close: () =>
       new Promise<void>((resolve) => {
         for (const link of links) {

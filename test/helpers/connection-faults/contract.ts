@@ -1,0 +1,133 @@
+/**
+ * The connection-fault contract (issue 24): every fault of ./faults.ts over every client of
+ * ./entries.ts, against the service of ./app.ts running as a child process behind one fault
+ * proxy per server. For each fault it checks that
+ * - the process never exits (every step races the child's exit, which fails the test with its output);
+ * - each request that meets the fault gets 503 with `Retry-After` within `storeTimeoutMs` + 1 s;
+ * - once the server is back the service recovers with no restart: under steady traffic (201
+ *   within {@link RECOVER_MS}, then {@link STEADY} in a row) and after an idle spell longer
+ *   than the client's timers (the first request after it answers 201).
+ */
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { spawnTs, stopChild, type Child } from '../process.js';
+import { startSilentProxy, type SilentProxy } from '../silent-proxy.js';
+import { requestInit } from '../http.js';
+import { sleep } from '../wait.js';
+import type { FaultEntry } from './entry.js';
+import { faults, type FaultScene } from './faults.js';
+
+/** The store's deadline in the service: every 503 must come within it + 1 s. */
+export const STORE_TIMEOUT_MS = 1000;
+/** How long the service may take to answer 201 again once the server is back. */
+export const RECOVER_MS = 15_000;
+/** Requests in a row that must answer 201 once recovered. */
+export const STEADY = 5;
+const APP = 'test/helpers/connection-faults/app.ts';
+
+/** What the contract measured for one fault, printed as a diagnostic. */
+interface Recovery {
+  failedBeforeRecovery: number;
+  recoverMs: number;
+}
+
+/** Runs the contract on each entry: one `describe` per client, one test per fault, one service process per client. */
+export function connectionFaultContract(entries: FaultEntry[]): void {
+  for (const entry of entries) {
+    const skip = process.env[entry.needs] ? false : `needs ${entry.needs}`;
+    describe(`connection faults: ${entry.name}`, { skip }, () => {
+      const name = `idem_faults_${randomUUID().slice(0, 8)}`;
+      const proxies: SilentProxy[] = [];
+      let child: Child;
+      let url = '';
+
+      /** `work`, or a failure naming the child's output as soon as the child exits. */
+      const exitError = (exit: { code: number | null; signal: string | null }) =>
+        new Error(`the service exited (code ${exit.code}, signal ${exit.signal}):\n${child.output()}`);
+      const alive = async <T>(work: Promise<T>): Promise<T> => {
+        const died = child.exited.then((exit) => {
+          throw exitError(exit);
+        });
+        died.catch(() => undefined);
+        try {
+          return await Promise.race([work, died]);
+        } catch (error) {
+          // A request cut short by the service dying fails before the exit is seen: name the exit.
+          const exit = await Promise.race([child.exited, sleep(2000).then(() => undefined)]);
+          throw exit ? exitError(exit) : error;
+        }
+      };
+      const send = async (): Promise<{ status: number; retryAfter: string | null; ms: number }> => {
+        const started = performance.now();
+        const res = await fetch(`${url}/charge`, { ...requestInit({ key: randomUUID(), json: { amount: 1 } }), signal: AbortSignal.timeout(RECOVER_MS) });
+        await res.arrayBuffer();
+        return { status: res.status, retryAfter: res.headers.get('retry-after'), ms: performance.now() - started };
+      };
+      const start503 = async (what: string) => {
+        const r = await alive(send());
+        assert.equal(r.status, 503, `${what}: status`);
+        assert.ok(r.retryAfter, `${what}: Retry-After`);
+        assert.ok(r.ms <= STORE_TIMEOUT_MS + 1000, `${what}: answered after ${Math.round(r.ms)} ms, over storeTimeoutMs + 1 s`);
+      };
+      const scene: FaultScene = {
+        proxies,
+        start503,
+        expect503: start503,
+        idle: (ms) => alive(sleep(ms)),
+        idleMs: entry.idleMs,
+      };
+
+      /** Sends until a 201, then {@link STEADY} more that must all be 201. */
+      async function recovers(): Promise<Recovery> {
+        const started = performance.now();
+        let failed = 0;
+        for (;;) {
+          const r = await alive(send());
+          if (r.status === 201) break;
+          failed++;
+          assert.ok(performance.now() - started < RECOVER_MS, `no 201 within ${RECOVER_MS} ms of the server being back (${failed} answers of ${r.status} …)`);
+        }
+        const recoverMs = Math.round(performance.now() - started);
+        for (let i = 0; i < STEADY; i++) assert.equal((await alive(send())).status, 201, `steady request ${i + 1} after recovery`);
+        return { failedBeforeRecovery: failed, recoverMs };
+      }
+
+      before(async () => {
+        const via: Record<string, number> = {};
+        for (const server of entry.servers()) {
+          const proxy = await startSilentProxy(server);
+          proxies.push(proxy);
+          via[`${server.host}:${server.port}`] = proxy.port;
+        }
+        child = spawnTs(APP, {
+          FAULT_CLIENT: entry.name,
+          FAULT_VIA: JSON.stringify(via),
+          FAULT_NAME: name,
+          FAULT_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS),
+        });
+        const match = await child.waitFor(/listening (\d+)/);
+        url = `http://127.0.0.1:${match[1]}`;
+        assert.equal((await alive(send())).status, 201, 'warm-up');
+      });
+      after(async () => {
+        if (child) await stopChild(child);
+        for (const proxy of proxies) await proxy.close();
+        await entry.cleanup(name).catch(() => undefined);
+      });
+
+      for (const fault of faults) {
+        it(`${fault.name}: the process lives, 503 + Retry-After within storeTimeoutMs + 1 s, recovers under traffic and after idleness`, {
+          timeout: 120_000,
+        }, async (t) => {
+          await fault.run(scene);
+          const traffic = await recovers();
+          await scene.idle(entry.idleMs);
+          const afterIdle = await alive(send());
+          assert.equal(afterIdle.status, 201, 'the first request after an idle spell once the server is back');
+          t.diagnostic(`503s before recovery: ${traffic.failedBeforeRecovery}, recovered in ${traffic.recoverMs} ms`);
+        });
+      }
+    });
+  }
+}
