@@ -1,7 +1,7 @@
 /**
  * Connection faults on RedisStore, for node-redis and ioredis (issue 24 item 1, protocol.md H17,
  * H24), each in a real child process serving HTTP with the configuration of
- * docs/connection-faults.md, on a redis-server of the test's own behind a TCP proxy:
+ * docs/connection-faults-redis.md, on a redis-server of the test's own behind a TCP proxy:
  * - cut: the socket is reset mid-command, no reply;
  * - kill: the server is SIGKILLed, then started again;
  * - black hole: the proxy accepts bytes and never answers (old connections stay dead);

@@ -85,10 +85,9 @@ async function retryingTryAgain<T>(run: () => Promise<T>): Promise<T> {
  *
  * The connection is left alone while it answers: it is the application's, shared by every
  * caller, and Redis answers in order on it, so a late reply still reaches the command it
- * belongs to (unlike a pool connection, nothing is held that another request needs). Once
- * idem's commands have waited `silentLinkMs` with no reply at all (a black hole that accepts
- * bytes and never answers), a single client is made to reconnect (src/redis/silent-link.ts,
- * protocol.md H24); a Cluster's nodes rely on the client's own timers (docs/connection-faults.md).
+ * belongs to (unlike a pool connection, nothing is held that another request needs). Once one
+ * of idem's commands has waited `silentLinkMs` with no reply (a black hole that accepts bytes
+ * and never answers), the client is made to reconnect (src/redis/silent-link.ts, protocol.md H24).
  *
  * The command itself stays queued in the client and may still run after the deadline. Safe for
  * every script (protocol.md K-rules): a late `claim` creates a key with a lease and a token no

@@ -57,11 +57,11 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
    */
   storeTimeoutMs?: number;
   /**
-   * How long idem's commands may wait with no reply at all before the connection counts as
-   * dead (a black hole: accepts bytes, never answers) and idem makes a single client
-   * reconnect: ioredis `Redis` by destroying its socket, a node-redis client with `destroy()`
-   * then `connect()` (protocol.md H24). Checked when a command misses `storeTimeoutMs`. A
-   * Cluster relies on its client's own timers (docs/connection-faults.md). `0`: never.
+   * How long one of idem's commands may wait with no reply before its connection counts as
+   * dead (a black hole: accepts bytes, never answers) and idem makes the client reconnect:
+   * ioredis by destroying the socket of the client or of every Cluster node, node-redis (client
+   * or cluster) with `destroy()` then `connect()` (protocol.md H24). Checked when a command
+   * misses `storeTimeoutMs`, at most once per `silentLinkMs`. `0`: never.
    * @default 3 × storeTimeoutMs
    */
   silentLinkMs?: number;

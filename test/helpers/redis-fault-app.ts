@@ -2,7 +2,7 @@
  * A service on RedisStore as a child process, for the connection-fault tests: one client of
  * the kind FAULT_CLIENT (`node-redis` | `node-redis socketTimeout` (FAULT_SOCKET_TIMEOUT_MS) |
  * `ioredis`) on 127.0.0.1:FAULT_REDIS_PORT, configured as
- * docs/connection-faults.md recommends, `storeTimeoutMs` FAULT_STORE_TIMEOUT_MS, served over
+ * docs/connection-faults-redis.md recommends, `storeTimeoutMs` FAULT_STORE_TIMEOUT_MS, served over
  * HTTP with the web core. Prints `listening <port>`; every handler run prints `ran`.
  */
 import type http from 'node:http';
