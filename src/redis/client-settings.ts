@@ -15,16 +15,15 @@ interface NodeRedisSocketOptions {
 const STRATEGY_EXAMPLE = 'socket: { reconnectStrategy: (retries) => Math.min(50 * 2 ** retries, 2000) }';
 
 /**
- * Why `socket` (node-redis socket options, of a client or a cluster's `defaults`) never reconnects, or `undefined` when it does:
- * - `reconnectStrategy: false`: no reconnect after any drop (a Redis restart, a reset);
- * - `socketTimeout` without a `reconnectStrategy`: node-redis's default strategy gives up on a
- *   socket timeout, so the first idle spell longer than `socketTimeout` (the timer counts
- *   inactivity, also on a healthy link) closes the client for good.
+ * Why `socket` (node-redis socket options, of a client or a cluster's `defaults`) never reconnects, or
+ * `undefined`: `socketTimeout` without a `reconnectStrategy`. node-redis's default strategy gives
+ * up on a socket timeout, so the first idle spell longer than `socketTimeout` (the timer counts
+ * inactivity, also on a healthy link) closes the client for good: a trap of the defaults. A
+ * strategy that gives up on purpose (`false`, or one returning an Error: a tool that must not
+ * reconnect to a killed server) is the application's choice and passes.
  */
 function unrecoverable(socket: NodeRedisSocketOptions | undefined, where: string): string | undefined {
   if (!socket) return undefined;
-  if (socket.reconnectStrategy === false)
-    return `${where}.reconnectStrategy is false: node-redis never reconnects after a dropped connection, and every request would get 503 until a restart. Pass a strategy that returns a delay, e.g. ${STRATEGY_EXAMPLE}`;
   if (socket.reconnectStrategy === undefined && typeof socket.socketTimeout === 'number' && socket.socketTimeout > 0)
     return `${where}.socketTimeout is set without ${where}.reconnectStrategy: node-redis's default strategy does not reconnect after a socket timeout (an idle spell longer than socketTimeout closes the client for good), and every request would get 503 until a restart. Pass ${STRATEGY_EXAMPLE}, or drop socketTimeout`;
   return undefined;
