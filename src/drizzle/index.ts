@@ -21,6 +21,7 @@ import {
   type SqlExecutor,
   toExecutor,
 } from '../postgres/client.js';
+import { hearConnectionErrors } from '../postgres/connection-errors.js';
 import { sourceOf } from '../postgres/notify.js';
 import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable, sendsJsonAsText } from '../postgresjs/index.js';
 
@@ -39,13 +40,6 @@ export interface DrizzleDatabaseLike<Tx> {
 interface TransactionInternals {
   _?: { session?: { client?: unknown } };
 }
-
-/** A node-postgres client's error events. */
-interface ErrorEvents {
-  on?(event: 'error', fn: () => void): void;
-  off?(event: 'error', fn: () => void): void;
-}
-const ignore = () => undefined;
 
 /** How idem's statements run on one of the drivers Drizzle sits on. */
 interface Connection {
@@ -164,11 +158,13 @@ function connectionOf(client: unknown): Connection {
             'idem/drizzle: Drizzle did not check a connection out of the pool for this transaction; make the Drizzle database on a pg.Pool itself',
           );
         }
-        // A connection that breaks between two statements emits 'error'; unheard, that would
-        // crash the process (Drizzle does not listen): the next statement fails instead.
-        const conn = tx as Queryable & ErrorEvents;
-        conn.on?.('error', ignore);
-        return { sql: { query: (text, params) => pg.queryOn(conn, text, params) }, done: () => conn.off?.('error', ignore) };
+        // A connection that breaks emits 'error'; unheard, that would end the process (Drizzle
+        // does not listen): the statement on it fails instead. Heard for good, not only during
+        // the body, so Drizzle's COMMIT and its next BEGIN on this connection are covered too
+        // (protocol.md H23).
+        const conn = tx as Queryable;
+        hearConnectionErrors(conn);
+        return { sql: { query: (text, params) => pg.queryOn(conn, text, params) } };
       },
       listen: (channel, onPayload) => sourceOf(client as PoolLike).listen(channel, onPayload),
     };

@@ -41,6 +41,8 @@ export interface PostgresJsLike<Tx extends PostgresJsQueryable> extends Postgres
     transform?: { column?: { from?: unknown }; value?: { from?: unknown }; row?: { from?: unknown } };
     /** By type oid; Drizzle's postgres-js driver makes json's (114) and jsonb's (3802) the identity. */
     serializers?: Record<string, unknown>;
+    /** Seconds a new connection may take to be ready; `0` or `null`: forever (refused). */
+    connect_timeout?: number | null;
   };
 }
 
@@ -113,7 +115,9 @@ export function postgresjsQueryable(sql: PostgresJsQueryable, jsonAsText: boolea
  *
  * @param sql the client, `postgres(url, options)`
  * @throws {InvalidOptionError} when `sql` is not a postgres.js client, or has a `transform`
- *   (e.g. `postgres.camel`): it would rename idem's columns; use a client without one
+ *   (e.g. `postgres.camel`): it would rename idem's columns; use a client without one; or has
+ *   no `connect_timeout` (`0`): a connection opened into a silent server would wait forever and
+ *   the client never recover (protocol.md H23, docs/connection-faults.md)
  */
 export function postgresjs<Tx extends PostgresJsQueryable>(sql: PostgresJsLike<Tx>): SqlDriver<Tx> {
   if (!sql || typeof sql.unsafe !== 'function' || typeof sql.begin !== 'function') {
@@ -123,6 +127,14 @@ export function postgresjs<Tx extends PostgresJsQueryable>(sql: PostgresJsLike<T
   if (transform?.column?.from || transform?.value?.from || transform?.row?.from) {
     throw new InvalidOptionError(
       "idem/postgresjs: the client has a `transform` (e.g. postgres.camel), which renames idem's columns; pass a postgres.js client without one",
+    );
+  }
+  // postgres.js's connect timer is off at 0: a connection opened while the server is silent
+  // waits forever, the statements queued on it with it, and the client does not recover once
+  // the server answers again (protocol.md H23). Its default (30 s) recovers.
+  if (sql.options && 'connect_timeout' in sql.options && !sql.options.connect_timeout) {
+    throw new InvalidOptionError(
+      'idem/postgresjs: the client has no connect_timeout (0): a connection opened while the database is silent would wait forever; leave the default (30) or set a few seconds',
     );
   }
   const listen = sql.listen;

@@ -1,19 +1,20 @@
 /**
  * The connection-fault contract (issue 24): every fault of ./faults.ts over every client of
- * ./entries.ts, against the service of ./app.ts running as a child process behind one fault
- * proxy per server. For each fault it checks that
+ * ./entries.ts, against the service of ./app.ts running as a child process (a fresh one per
+ * fault) behind one fault proxy per server. For each fault it checks that
  * - the process never exits (every step races the child's exit, which fails the test with its output);
- * - each request that meets the fault gets 503 with `Retry-After` within `storeTimeoutMs` + 1 s;
+ * - each request that meets the fault gets 503 with `Retry-After` within `storeTimeoutMs` + 1 s
+ *   (or idem's retryable 500 problem, where a phase's transaction broke);
  * - once the server is back the service recovers with no restart: under steady traffic (201
  *   within {@link RECOVER_MS}, then {@link STEADY} in a row) and after an idle spell longer
  *   than the client's timers (the first request after it answers 201).
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { spawnTs, stopChild, type Child } from '../process.js';
 import { startSilentProxy, type SilentProxy } from '../silent-proxy.js';
-import { requestInit } from '../http.js';
+import { PROBLEM, requestInit } from '../http.js';
 import { sleep } from '../wait.js';
 import type { FaultEntry } from './entry.js';
 import { faults, type FaultScene } from './faults.js';
@@ -21,7 +22,7 @@ import { faults, type FaultScene } from './faults.js';
 /** The store's deadline in the service: every 503 must come within it + 1 s. */
 export const STORE_TIMEOUT_MS = 1000;
 /** How long the service may take to answer 201 again once the server is back. */
-export const RECOVER_MS = 15_000;
+export const RECOVER_MS = Number(process.env.FAULT_RECOVER_MS ?? 15_000);
 /** Requests in a row that must answer 201 once recovered. */
 export const STEADY = 5;
 const APP = 'test/helpers/connection-faults/app.ts';
@@ -32,7 +33,7 @@ interface Recovery {
   recoverMs: number;
 }
 
-/** Runs the contract on each entry: one `describe` per client, one test per fault, one service process per client. */
+/** Runs the contract on each entry: one `describe` per client, one test per fault, each on a fresh service process. */
 export function connectionFaultContract(entries: FaultEntry[]): void {
   for (const entry of entries) {
     const skip = process.env[entry.needs] ? false : `needs ${entry.needs}`;
@@ -58,29 +59,34 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
           throw exit ? exitError(exit) : error;
         }
       };
-      const send = async (): Promise<{ status: number; retryAfter: string | null; ms: number }> => {
+      const send = async (path = '/charge'): Promise<{ status: number; retryAfter: string | null; type?: string; ms: number }> => {
         const started = performance.now();
-        const res = await fetch(`${url}/charge`, { ...requestInit({ key: randomUUID(), json: { amount: 1 } }), signal: AbortSignal.timeout(RECOVER_MS) });
-        await res.arrayBuffer();
-        return { status: res.status, retryAfter: res.headers.get('retry-after'), ms: performance.now() - started };
+        const res = await fetch(`${url}${path}`, { ...requestInit({ key: randomUUID(), json: { amount: 1 } }), signal: AbortSignal.timeout(RECOVER_MS) });
+        const text = await res.text();
+        const type = res.headers.get('content-type') === 'application/problem+json' ? (JSON.parse(text) as { type?: string }).type : undefined;
+        return { status: res.status, retryAfter: res.headers.get('retry-after'), type, ms: performance.now() - started };
       };
-      const assertOn503 = (r: { status: number; retryAfter: string | null; ms: number }, what: string) => {
-        assert.equal(r.status, 503, `${what}: status`);
-        assert.ok(r.retryAfter, `${what}: Retry-After`);
+      const assertOn503 = (r: { status: number; retryAfter: string | null; type?: string; ms: number }, what: string, also500 = false) => {
+        if (also500 && r.status === 500) assert.equal(r.type, `${PROBLEM}request-failed-retry`, `${what}: a 500 must be the retryable problem`);
+        else {
+          assert.equal(r.status, 503, `${what}: status`);
+          assert.ok(r.retryAfter, `${what}: Retry-After`);
+        }
         assert.ok(r.ms <= STORE_TIMEOUT_MS + 1000, `${what}: answered after ${Math.round(r.ms)} ms, over storeTimeoutMs + 1 s`);
       };
-      const start503 = async (what: string) => assertOn503(await alive(send()), what);
-      /** The request in flight at a cut, on a client that resends it: 201, or the 503 of {@link start503}. */
-      const resent = async (what: string) => {
-        const r = await alive(send());
-        if (r.status !== 201) return assertOn503(r, what);
+      const start503 = async (what: string, path?: string, also500 = false) => assertOn503(await alive(send(path)), what, also500);
+      /** The request in flight at a cut, on a client that resends it (`resendsCut`): 201, or the answer of {@link start503}. */
+      const resent = async (what: string, path?: string, also500 = false) => {
+        const r = await alive(send(path));
+        if (r.status !== 201) return assertOn503(r, what, also500);
         assert.ok(r.ms <= STORE_TIMEOUT_MS + 1000, `${what}: answered after ${Math.round(r.ms)} ms, over storeTimeoutMs + 1 s`);
       };
       const scene: FaultScene = {
         proxies,
         start503: entry.resendsCut ? resent : start503,
-        expect503: start503,
+        expect503: async (what, count = 1) => void (await Promise.all(Array.from({ length: count }, (_, i) => start503(`${what} (${i + 1})`)))),
         idle: (ms) => alive(sleep(ms)),
+        line: async (pattern) => void (await alive(child.waitFor(pattern, RECOVER_MS))),
         idleMs: entry.idleMs,
       };
 
@@ -99,13 +105,18 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
         return { failedBeforeRecovery: failed, recoverMs };
       }
 
+      let via: Record<string, number> = {};
       before(async () => {
-        const via: Record<string, number> = {};
+        via = {};
         for (const server of await entry.servers()) {
           const proxy = await startSilentProxy(server);
           proxies.push(proxy);
           via[`${server.host}:${server.port}`] = proxy.port;
         }
+      });
+      /** A fresh service per fault, warmed up, so one fault's damage never shows in the next. */
+      beforeEach(async () => {
+        for (const proxy of proxies) proxy.mode('forward');
         child = spawnTs(APP, {
           FAULT_CLIENT: entry.name,
           FAULT_VIA: JSON.stringify(via),
@@ -116,8 +127,10 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
         url = `http://127.0.0.1:${match[1]}`;
         assert.equal((await alive(send())).status, 201, 'warm-up');
       });
-      after(async () => {
+      afterEach(async () => {
         if (child) await stopChild(child);
+      });
+      after(async () => {
         for (const proxy of proxies) await proxy.close();
         await entry.cleanup(name).catch(() => undefined);
       });
@@ -125,6 +138,7 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
       for (const fault of faults) {
         it(`${fault.name}: the process lives, 503 + Retry-After within storeTimeoutMs + 1 s, recovers under traffic and after idleness`, {
           timeout: 120_000,
+          todo: entry.knownFailures?.[fault.name],
         }, async (t) => {
           await fault.run(scene);
           const traffic = await recovers();

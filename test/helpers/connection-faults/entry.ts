@@ -53,6 +53,11 @@ export interface FaultEntry {
    * within `storeTimeoutMs` + 1 s, instead of 503.
    */
   resendsCut?: boolean;
+  /**
+   * Faults (by `Fault.name`) the client is known to fail for a reason outside idem, with that
+   * reason (an upstream issue): the row runs and is reported as a todo, not a failure.
+   */
+  knownFailures?: Record<string, string>;
   /** Child side: the client, through the proxies, and the store on it (migrated, ready). */
   open(ctx: OpenContext): Promise<OpenedStore>;
   /** Test side: removes what `open` created under `name` (tables, keys). */
