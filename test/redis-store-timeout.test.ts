@@ -8,12 +8,12 @@
  *   paused VM): every late reply arrives in order on the same connection, and the next request
  *   succeeds at once, with no client setting.
  * - `silent`: a black hole that reads and drops (a proxy or balancer that lost the flow): the
- *   connection stays dead for good, so recovery needs the client to notice and reconnect.
- *   ioredis does with `socketTimeout` (no data for that long while a command waits), as the
- *   README tells applications to; it is three times idem's deadline, so a 503 within the
- *   deadline + 1 s can only come from idem. node-redis's `socket.socketTimeout` is an
- *   inactivity timer that every write resets, so under steady traffic it never fires: for it
- *   this file checks only that requests fail closed.
+ *   connection stays dead for good, so recovery needs a reconnect. ioredis here has its own
+ *   `socketTimeout` (no data for that long while a command waits), three times idem's
+ *   deadline, so a 503 within the deadline + 1 s can only come from idem. node-redis has no
+ *   timer that fires under traffic (its `socket.socketTimeout` is an inactivity timer that
+ *   every write resets, and none is set here): idem's silent-link reset makes it reconnect
+ *   (protocol.md H25, `silentLinkMs`).
  *
  * And a claim whose reply comes after the deadline (the command was queued and ran late): the
  * key is claimed by nobody, answers 409 until its lease ends, then the next retry takes it over
@@ -42,7 +42,7 @@ const viaProxy: Array<{ name: string; open(port: number): Promise<{ client: Redi
   {
     name: 'node-redis',
     async open(port) {
-      // No dead-socket setting: node-redis has none that works under traffic (see above).
+      // No dead-socket setting: node-redis has none that works under traffic; idem resets it (see above).
       const client = createClient({ url: `redis://127.0.0.1:${port}` });
       client.on('error', () => undefined);
       await client.connect();
@@ -101,7 +101,7 @@ describe('a silent Redis (RedisStore storeTimeoutMs)', { skip: redisSkip }, () =
     { c: ioredis, mode: 'silent', on: harnesses, recovers: true },
     { c: nodeRedis, mode: 'stall', on: harnesses, recovers: true },
     { c: ioredis, mode: 'stall', on: harnesses.slice(0, 1), recovers: true },
-    { c: nodeRedis, mode: 'silent', on: harnesses.slice(0, 1), recovers: false },
+    { c: nodeRedis, mode: 'silent', on: harnesses.slice(0, 1), recovers: true },
   ];
   for (const { c, mode, on, recovers } of cases) {
     for (const harness of on) {

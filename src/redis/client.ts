@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto';
 import { withDeadline } from '../store/deadline.js';
 import { SCRIPTS, type ScriptName } from './scripts.js';
+import { resetOf, SilentLink } from './silent-link.js';
 
 /** node-redis client (`createClient()`): `sendCommand(args)`. */
 export interface NodeRedisClientLike {
@@ -82,13 +83,11 @@ async function retryingTryAgain<T>(run: () => Promise<T>): Promise<T> {
  * past it the call rejects with a `StoreTimeoutError`, which the engine answers with 503 and
  * `Retry-After`. `0`: no deadline. A `WAIT` gets its own server-side timeout on top.
  *
- * The connection is left alone: it is the application's, shared by every caller, and Redis
- * answers in order on it, so a late reply still reaches the command it belongs to (unlike a
- * pool connection, nothing is held that another request needs). Noticing a connection that
- * went silent for good (a black hole that accepts bytes and never answers) and reconnecting is
- * the client's job: ioredis `socketTimeout` does it; node-redis's `socket.socketTimeout` is an
- * inactivity timer that every write resets, so under traffic it never fires (README, "The
- * Redis store").
+ * The connection is left alone while it answers: it is the application's, shared by every
+ * caller, and Redis answers in order on it, so a late reply still reaches the command it
+ * belongs to (unlike a pool connection, nothing is held that another request needs). Once one
+ * of idem's commands has waited `silentLinkMs` with no reply (a black hole that accepts bytes
+ * and never answers), the client is made to reconnect (src/redis/silent-link.ts, protocol.md H25).
  *
  * The command itself stays queued in the client and may still run after the deadline. Safe for
  * every script (protocol.md K-rules): a late `claim` creates a key with a lease and a token no
@@ -101,7 +100,7 @@ async function retryingTryAgain<T>(run: () => Promise<T>): Promise<T> {
  * that the next retry then waits out; a late `release` or `discard` frees the key sooner.
  * @throws {TypeError} when `client` matches none of the supported shapes
  */
-export function toRunner(client: RedisClientLike, options: { timeoutMs?: number } = {}): RedisRunner {
+export function toRunner(client: RedisClientLike, options: { timeoutMs?: number; silentLinkMs?: number } = {}): RedisRunner {
   const c = client as unknown as Record<string, unknown>;
   let send: (key: string, args: string[]) => Promise<unknown>;
   let cluster: boolean;
@@ -128,10 +127,15 @@ export function toRunner(client: RedisClientLike, options: { timeoutMs?: number 
   const timeoutMs = options.timeoutMs ?? 0;
   if (timeoutMs > 0 && Number.isFinite(timeoutMs)) {
     const untimed = send;
+    const silentLinkMs = options.silentLinkMs ?? 0;
+    const reset = silentLinkMs > 0 ? resetOf(client) : undefined;
+    const link = reset ? new SilentLink(silentLinkMs, reset) : undefined;
     send = (key, args) => {
       // WAIT blocks on the server for up to its own timeout (args[2], ms) before it answers.
       const ms = args[0] === 'WAIT' ? timeoutMs + Number(args[2]) : timeoutMs;
-      return withDeadline(untimed(key, args), ms, `idem/redis: ${args[0]} took longer than storeTimeoutMs (${ms} ms)`);
+      const reply = untimed(key, args);
+      const message = `idem/redis: ${args[0]} took longer than storeTimeoutMs (${ms} ms)`;
+      return link ? withDeadline(link.sent(reply), ms, message, () => link.missed()) : withDeadline(reply, ms, message);
     };
   }
   return {

@@ -50,12 +50,21 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
    * node) that accepted the connection and never answers fails the call with a
    * `StoreTimeoutError` after this long, so the request gets `503` with `Retry-After` instead
    * of hanging; mid-work, the attempt fails as a throw. A `WAIT` (`durability`) may take
-   * `durability.timeoutMs` more. The connection is not reset: a Redis that stalls and resumes
-   * answers on it in order; out of a black hole (accepts bytes, never answers) only the client
-   * reconnects, which ioredis does with its `socketTimeout` option. `0` turns the deadline off.
+   * `durability.timeoutMs` more. The connection is not reset for a late reply: a Redis that
+   * stalls and resumes answers on it in order (see `silentLinkMs` for one that never does).
+   * `0` turns the deadline off (and `silentLinkMs` with it).
    * @default 5000
    */
   storeTimeoutMs?: number;
+  /**
+   * How long one of idem's commands may wait with no reply before its connection counts as
+   * dead (a black hole: accepts bytes, never answers) and idem makes the client reconnect:
+   * ioredis by destroying the socket of the client or of every Cluster node, node-redis (client
+   * or cluster) with `destroy()` then `connect()` (protocol.md H25). Checked when a command
+   * misses `storeTimeoutMs`, at most once per `silentLinkMs`. `0`: never.
+   * @default 3 × storeTimeoutMs
+   */
+  silentLinkMs?: number;
 }
 
 /** Fewer replicas than `durability.replicas` acknowledged a write within `durability.timeoutMs`. */

@@ -24,6 +24,7 @@ import type {
   TakeOverResult,
 } from '../store/types.js';
 import { toRunner, type RedisRunner } from './client.js';
+import { refusedClientSettings } from './client-settings.js';
 import { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
 import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
@@ -73,15 +74,21 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly replayFastPath: boolean;
 
   /**
-   * @throws {InvalidOptionError} no usable client, a prefix with `{` or `}`, a bad `durability` or `storeTimeoutMs`
+   * @throws {InvalidOptionError} no usable client, a node-redis client that never reconnects
+   *   (protocol.md H25), a prefix with `{` or `}`, a bad `durability`, `storeTimeoutMs` or `silentLinkMs`
    */
   constructor(options: RedisStoreOptions<Tx>) {
     if (!options?.client) throw new InvalidOptionError('idem/redis: option client is required');
     const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     if (!(typeof timeoutMs === 'number' && timeoutMs >= 0))
       throw new InvalidOptionError('idem/redis: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
+    const silentLinkMs = options.silentLinkMs ?? 3 * timeoutMs;
+    if (!(typeof silentLinkMs === 'number' && silentLinkMs >= 0))
+      throw new InvalidOptionError('idem/redis: silentLinkMs must be a number of ms >= 0 (0: never reset a silent connection)');
+    const refused = refusedClientSettings(options.client);
+    if (refused) throw new InvalidOptionError(`idem/redis: ${refused}`);
     try {
-      this.redis = toRunner(options.client, { timeoutMs });
+      this.redis = toRunner(options.client, { timeoutMs, silentLinkMs });
     } catch (error) {
       throw new InvalidOptionError((error as Error).message);
     }

@@ -66,8 +66,7 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
         const type = res.headers.get('content-type') === 'application/problem+json' ? (JSON.parse(text) as { type?: string }).type : undefined;
         return { status: res.status, retryAfter: res.headers.get('retry-after'), type, ms: performance.now() - started };
       };
-      const start503 = async (what: string, path?: string, also500 = false) => {
-        const r = await alive(send(path));
+      const assertOn503 = (r: { status: number; retryAfter: string | null; type?: string; ms: number }, what: string, also500 = false) => {
         if (also500 && r.status === 500) assert.equal(r.type, `${PROBLEM}request-failed-retry`, `${what}: a 500 must be the retryable problem`);
         else {
           assert.equal(r.status, 503, `${what}: status`);
@@ -75,9 +74,16 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
         }
         assert.ok(r.ms <= STORE_TIMEOUT_MS + 1000, `${what}: answered after ${Math.round(r.ms)} ms, over storeTimeoutMs + 1 s`);
       };
+      const start503 = async (what: string, path?: string, also500 = false) => assertOn503(await alive(send(path)), what, also500);
+      /** The request in flight at a cut, on a client that resends it (`resendsCut`): 201, or the answer of {@link start503}. */
+      const resent = async (what: string, path?: string, also500 = false) => {
+        const r = await alive(send(path));
+        if (r.status !== 201) return assertOn503(r, what, also500);
+        assert.ok(r.ms <= STORE_TIMEOUT_MS + 1000, `${what}: answered after ${Math.round(r.ms)} ms, over storeTimeoutMs + 1 s`);
+      };
       const scene: FaultScene = {
         proxies,
-        start503,
+        start503: entry.resendsCut ? resent : start503,
         expect503: async (what, count = 1) => void (await Promise.all(Array.from({ length: count }, (_, i) => start503(`${what} (${i + 1})`)))),
         idle: (ms) => alive(sleep(ms)),
         line: async (pattern) => void (await alive(child.waitFor(pattern, RECOVER_MS))),
@@ -102,7 +108,7 @@ export function connectionFaultContract(entries: FaultEntry[]): void {
       let via: Record<string, number> = {};
       before(async () => {
         via = {};
-        for (const server of entry.servers()) {
+        for (const server of await entry.servers()) {
           const proxy = await startSilentProxy(server);
           proxies.push(proxy);
           via[`${server.host}:${server.port}`] = proxy.port;

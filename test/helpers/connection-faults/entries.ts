@@ -4,5 +4,6 @@
  */
 import type { FaultEntry } from './entry.js';
 import { postgresEntries } from './postgres-entries.js';
+import { redisEntries } from './redis-entries.js';
 
-export const faultEntries: FaultEntry[] = [...postgresEntries];
+export const faultEntries: FaultEntry[] = [...postgresEntries, ...redisEntries];

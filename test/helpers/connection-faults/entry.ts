@@ -39,14 +39,20 @@ export interface FaultEntry {
   name: string;
   /** The environment variable the entry's server needs; without it the entry is skipped. */
   needs: 'DATABASE_URL' | 'REDIS_URL';
-  /** The servers the client talks to: each gets a fault proxy in front of it (test side). */
-  servers(): Endpoint[];
+  /** The servers the client talks to: each gets a fault proxy in front of it (test side; may start them). */
+  servers(): Endpoint[] | Promise<Endpoint[]>;
   /**
    * An idle spell longer than every timer of the client as `open` configures it (idle
    * timeouts, keepalive, socket timeouts), in ms: the "idle" fault and the recovery after
    * idleness wait this long with no traffic.
    */
   idleMs: number;
+  /**
+   * The client resends a command its lost connection never answered (ioredis,
+   * `autoResendUnfulfilledCommands`): the request in flight at a cut may answer 201, still
+   * within `storeTimeoutMs` + 1 s, instead of 503.
+   */
+  resendsCut?: boolean;
   /**
    * Faults (by `Fault.name`) the client is known to fail for a reason outside idem, with that
    * reason (an upstream issue): the row runs and is reported as a todo, not a failure.

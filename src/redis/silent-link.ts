@@ -1,0 +1,93 @@
+/**
+ * Notices a connection that went silent for good (a black hole: a proxy, balancer or NAT that
+ * lost the flow accepts bytes and never answers) and makes the client reconnect
+ * (protocol.md H25). Neither driver does it by default under traffic: node-redis's
+ * `socketTimeout` is an inactivity timer that every write resets, and ioredis has no timer
+ * unless `socketTimeout` is set. Without this, a black-holed link answers 503 until TCP gives
+ * up (minutes) or the service restarts.
+ *
+ * The rule: one of idem's commands has waited `silentMs` with no reply → its connection is dead
+ * (Redis answers in order on a connection, so nothing behind it is answered either); the client
+ * drops its sockets and reconnects. Checked when a command misses its deadline, at most once per
+ * `silentMs`. A healthy Redis answers in milliseconds, and a stalled one (a long script, a fork)
+ * that resumes within `silentMs` keeps its connection. On a Cluster the dead link is one node's,
+ * and idem cannot tell which: every node reconnects. A command dropped with a socket may still
+ * have run on the server: safe, as for any command past its deadline (comment on `toRunner`).
+ */
+
+/** How idem resets the links of one kind of client. */
+type Reset = () => void;
+
+type IoNode = { stream?: { destroy(error?: Error): void }; status?: string };
+
+const resetError = () => new Error('idem/redis: a command got no reply for silentLinkMs, reconnecting');
+
+/**
+ * The reset of `client`, or `undefined` for a client idem does not know (a custom one).
+ * - ioredis `Redis`: destroys its socket (`stream`), as ioredis's own `socketTimeout` does;
+ *   ioredis reconnects with its `retryStrategy` and resends the commands still unanswered.
+ *   ioredis `Cluster`: the same on every node.
+ * - node-redis client or cluster: `destroy()` then `connect()` (node-redis has no call that
+ *   drops only the socket); commands waiting on the dead socket are rejected. Only a client
+ *   that is open, so a client the application closed stays closed; a cluster whose
+ *   rediscovery fails (Redis still silent) is connected again at the next check.
+ */
+export function resetOf(client: unknown): Reset | undefined {
+  const io = client as IoNode & { call?: unknown; isCluster?: boolean; nodes?: () => IoNode[] };
+  if (typeof io.call === 'function') {
+    const drop = (node: IoNode) => {
+      if (node.status === 'ready') node.stream?.destroy(resetError());
+    };
+    return io.isCluster ? () => io.nodes?.().forEach(drop) : () => drop(io);
+  }
+  const nr = client as { isOpen?: boolean; destroy?: () => void; connect?: () => Promise<unknown> };
+  if (typeof nr.destroy !== 'function' || typeof nr.connect !== 'function') return undefined;
+  let reopening = false; // idem closed it and owes it a connect
+  const reopen = () => {
+    nr.connect!().then(
+      () => {
+        reopening = false;
+      },
+      () => undefined, // a single client retries inside connect(); a cluster is retried at the next check
+    );
+  };
+  return () => {
+    if (reopening && !nr.isOpen) return reopen();
+    if (!nr.isOpen) return;
+    reopening = true;
+    nr.destroy!();
+    reopen();
+  };
+}
+
+/** Watches idem's commands on one client: {@link SilentLink.sent} wraps every one it sends. */
+export class SilentLink {
+  /** Send time (performance.now() ms) of each command not answered yet. */
+  private readonly waiting = new Set<{ at: number }>();
+  private lastResetMs = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly silentMs: number,
+    private readonly reset: Reset,
+  ) {}
+
+  /** Follows `reply` of a command just sent; returns it unchanged. */
+  sent<T>(reply: Promise<T>): Promise<T> {
+    const entry = { at: performance.now() };
+    this.waiting.add(entry);
+    const answered = () => void this.waiting.delete(entry);
+    reply.then(answered, answered);
+    return reply;
+  }
+
+  /** Called when a command missed its deadline: resets the links if one command has waited `silentMs`. */
+  missed(): void {
+    const now = performance.now();
+    if (now - this.lastResetMs < this.silentMs) return; // a reconnect under way shows no reply yet either
+    let oldest = now;
+    for (const entry of this.waiting) oldest = Math.min(oldest, entry.at);
+    if (now - oldest < this.silentMs) return;
+    this.lastResetMs = now;
+    this.reset();
+  }
+}
