@@ -29,9 +29,9 @@ const [mode, queue, table, eventsQueue, broker = 'rabbitmq', maxAttempts = '1000
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 6 });
 pool.on('error', () => undefined);
 // heartbeat=1: a frozen process loses its connection within seconds, and its messages are redelivered.
-const broker = new URL(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
-broker.searchParams.set('heartbeat', '1');
-const connection = await amqplib.connect(broker.toString());
+const amqpUrl = new URL(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
+amqpUrl.searchParams.set('heartbeat', '1');
+const connection = await amqplib.connect(amqpUrl.toString());
 connection.on('error', () => undefined);
 const channel = await connection.createConfirmChannel();
 channel.on('error', () => undefined);
