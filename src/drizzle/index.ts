@@ -23,7 +23,7 @@ import {
 } from '../postgres/client.js';
 import { hearConnectionErrors } from '../postgres/connection-errors.js';
 import { sourceOf } from '../postgres/notify.js';
-import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable, sendsJsonAsText } from '../postgresjs/index.js';
+import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable, sendsJsonAsText, withoutLateRollback } from '../postgresjs/index.js';
 
 /**
  * The slice of a Drizzle PostgreSQL database idem uses: `transaction`, whose `tx` is what a
@@ -51,7 +51,12 @@ interface Connection {
    * idem's handle on the connection of a Drizzle transaction (`tx._.session.client`), and what
    * to undo when the transaction's body is done.
    */
-  inTransaction(client: unknown): { sql: Queryable; done?(): void };
+  inTransaction(client: unknown, lost?: () => boolean): { sql: Queryable; done?(): void };
+  /**
+   * On postgres.js: Drizzle's transaction is `sql.begin`, run through `withoutLateRollback`,
+   * whose `lost` reaches `inTransaction` (protocol.md H24).
+   */
+  postgresJs?: true;
   /** LISTEN on the driver, when it can. */
   listen?: SqlDriver<unknown>['listen'];
 }
@@ -83,15 +88,18 @@ export function drizzle<Tx>(db: DrizzleDatabaseLike<Tx>): SqlDriver<Tx> {
     kind: SQL_DRIVER,
     name: conn.name,
     query: (text, params) => conn.query(text, params),
-    transaction: (fn) =>
-      db.transaction(async (tx) => {
-        const { sql, done } = conn.inTransaction(sessionClient(tx));
+    transaction<T>(fn: (tx: Tx, sql: Queryable) => Promise<T>) {
+      const body = async (tx: Tx, lost?: () => boolean) => {
+        const { sql, done } = conn.inTransaction(sessionClient(tx), lost);
         try {
           return await fn(tx, sql);
         } finally {
           done?.();
         }
-      }),
+      };
+      const begin = (b: (tx: Tx) => Promise<T>) => db.transaction(b);
+      return conn.postgresJs ? withoutLateRollback(begin, body) : begin((tx) => body(tx));
+    },
   };
   if (conn.listen) driver.listen = conn.listen;
   return driver;
@@ -123,8 +131,9 @@ function connectionOf(client: unknown): Connection {
     const jsonAsText = sendsJsonAsText(postgresJs); // Drizzle made the json serializers the identity
     return {
       name: 'drizzle (postgres.js)',
+      postgresJs: true,
       query: (text, params) => outside.query(text, params),
-      inTransaction: (tx) => ({ sql: postgresjsQueryable(tx as PostgresJsQueryable, jsonAsText) }),
+      inTransaction: (tx, lost) => ({ sql: postgresjsQueryable(tx as PostgresJsQueryable, jsonAsText, lost) }),
       ...(outside.listen && { listen: outside.listen }),
     };
   }

@@ -96,8 +96,60 @@ async function run(sql: PostgresJsQueryable, text: string, params: unknown[] | u
  * idem's statements on `sql`, the client or the `sql` inside `begin`, as {@link postgresjs}
  * runs them: for a driver that reaches postgres.js through another library (idem/drizzle).
  */
-export function postgresjsQueryable(sql: PostgresJsQueryable, jsonAsText: boolean): Queryable {
-  return { query: (text, params) => run(sql, text, params, jsonAsText) };
+export function postgresjsQueryable(sql: PostgresJsQueryable, jsonAsText: boolean, lost?: () => boolean): Queryable {
+  return {
+    query: (text, params) =>
+      // Not even sent once the transaction's connection is lost: postgres.js would write it to
+      // the closed socket (see withoutLateRollback, protocol.md H24).
+      lost?.() ? Promise.reject(new Error('idem/postgresjs: the connection of this transaction was lost')) : run(sql, text, params, jsonAsText),
+  };
+}
+
+/** postgres.js's codes for a statement whose connection closed, or was ended, under it. */
+const LOST_CONNECTION = new Set(['CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED']);
+
+/**
+ * True when `error`, or an error it wraps (`cause`), says its connection is gone: one of
+ * postgres.js's connection errors, or the socket's own (a Node system error, with `syscall`).
+ * postgres.js closes the connection after every one of them.
+ */
+function lostConnection(error: unknown): boolean {
+  for (let e = error as { code?: unknown; syscall?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 5; depth++) {
+    if (typeof e.code === 'string' && (LOST_CONNECTION.has(e.code) || typeof e.syscall === 'string')) return true;
+    e = e.cause as typeof e;
+  }
+  return false;
+}
+
+/**
+ * `begin(body)` (postgres.js's `sql.begin`, or Drizzle's transaction on postgres.js), with a
+ * body that never ends once the transaction's connection is lost; `body` gets `lost()`, true
+ * from then on, so that idem sends none of its statements on that connection either. When its body ends,
+ * `sql.begin` sends ROLLBACK (or COMMIT) on the transaction's connection without checking that
+ * it is still open; postgres.js 3.4.9 then writes to the closed socket from a `setImmediate`,
+ * a TypeError no caller can catch, and the process exits (porsager/postgres#1154). `sql.begin`
+ * itself rejects when the connection closes, so a body failed by the lost connection (or one
+ * still running when `begin` rejected) is left pending instead, and nothing is sent on the
+ * closed connection: the request gets its 503 from `begin`'s rejection (protocol.md H24).
+ */
+export function withoutLateRollback<Tx, T>(begin: (body: (tx: Tx) => Promise<T>) => Promise<T>, body: (tx: Tx, lost: () => boolean) => Promise<T>): Promise<T> {
+  let lost = false;
+  const hold = () => new Promise<never>(() => undefined);
+  const run = begin(async (tx) => {
+    let value: T;
+    try {
+      value = await body(tx, () => lost);
+    } catch (error) {
+      if (lost || lostConnection(error)) return hold();
+      throw error;
+    }
+    return lost ? hold() : value;
+  });
+  // While the body runs, `begin` rejects only when its connection closed.
+  run.catch(() => {
+    lost = true;
+  });
+  return run;
 }
 
 /**
@@ -146,7 +198,10 @@ export function postgresjs<Tx extends PostgresJsQueryable>(sql: PostgresJsLike<T
     query: (text, params) => run(sql, text, params, sendsJsonAsText(sql)),
     async transaction<T>(fn: (tx: Tx, q: Queryable) => Promise<T>): Promise<T> {
       const jsonAsText = sendsJsonAsText(sql);
-      return (await sql.begin((tx) => fn(tx, postgresjsQueryable(tx, jsonAsText)))) as T;
+      return withoutLateRollback<Tx, T>(
+        (body) => sql.begin(body) as Promise<T>,
+        (tx, lost) => fn(tx, postgresjsQueryable(tx, jsonAsText, lost)),
+      );
     },
     ...(listen && {
       async listen(channel: string, onPayload: (payload: string | null) => void) {

@@ -78,7 +78,7 @@ async function dropTables(name: string): Promise<void> {
   }
 }
 
-function entry(name: string, open: (ctx: OpenContext) => Promise<OpenedStore>, knownFailures?: Record<string, string>): FaultEntry {
+function entry(name: string, open: (ctx: OpenContext) => Promise<OpenedStore>): FaultEntry {
   return {
     name,
     needs: 'DATABASE_URL',
@@ -86,20 +86,8 @@ function entry(name: string, open: (ctx: OpenContext) => Promise<OpenedStore>, k
     idleMs: IDLE_TIMEOUT_MS * 3,
     open,
     cleanup: dropTables,
-    ...(knownFailures && { knownFailures }),
   };
 }
-
-/**
- * postgres.js 3.4.9 defers a small write to a `setImmediate` and does not check the socket is
- * still there when it runs: a connection that closes in between throws a TypeError from the
- * timer, which no caller can catch, and the process exits. Upstream: porsager/postgres#1154,
- * #1208 (fixes proposed in #1168, #1209, not released).
- */
-const POSTGRES_JS_NEXT_WRITE = {
-  "a socket destroyed mid-transaction (the phase's write or its COMMIT)":
-    'postgres.js nextWrite on a closed socket ends the process (porsager/postgres#1154, #1208)',
-};
 
 /** postgres.js as documented: short idle timeout, a connect timeout. */
 async function postgresJs(ctx: OpenContext) {
@@ -117,31 +105,23 @@ export const postgresEntries: FaultEntry[] = [
     const p = pool(ctx);
     return migrated(ctx, p, () => p.end(), { groupCommit: true });
   }),
-  entry(
-    'postgres.js',
-    async (ctx) => {
-      const { postgresjs } = await import('../../../src/postgresjs/index.js');
-      const sql = await postgresJs(ctx);
-      return migrated(ctx, postgresjs(sql), () => sql.end({ timeout: 1 }));
-    },
-    POSTGRES_JS_NEXT_WRITE,
-  ),
+  entry('postgres.js', async (ctx) => {
+    const { postgresjs } = await import('../../../src/postgresjs/index.js');
+    const sql = await postgresJs(ctx);
+    return migrated(ctx, postgresjs(sql), () => sql.end({ timeout: 1 }));
+  }),
   entry('Drizzle on pg Pool', async (ctx) => {
     const { drizzle: onNodePostgres } = await import('drizzle-orm/node-postgres');
     const { drizzle } = await import('../../../src/drizzle/index.js');
     const p = pool(ctx, true);
     return migrated(ctx, drizzle(onNodePostgres(p)), () => p.end());
   }),
-  entry(
-    'Drizzle on postgres.js',
-    async (ctx) => {
-      const { drizzle: onPostgresJs } = await import('drizzle-orm/postgres-js');
-      const { drizzle } = await import('../../../src/drizzle/index.js');
-      const sql = await postgresJs(ctx);
-      return migrated(ctx, drizzle(onPostgresJs(sql)), () => sql.end({ timeout: 1 }));
-    },
-    POSTGRES_JS_NEXT_WRITE,
-  ),
+  entry('Drizzle on postgres.js', async (ctx) => {
+    const { drizzle: onPostgresJs } = await import('drizzle-orm/postgres-js');
+    const { drizzle } = await import('../../../src/drizzle/index.js');
+    const sql = await postgresJs(ctx);
+    return migrated(ctx, drizzle(onPostgresJs(sql)), () => sql.end({ timeout: 1 }));
+  }),
   entry('Kysely on pg Pool', async (ctx) => {
     const { Kysely, PostgresDialect } = await import('kysely');
     const { kysely } = await import('../../../src/kysely/index.js');
