@@ -29,6 +29,16 @@ npx --no-install publint run --strict "$TARBALL"
 echo "== are-the-types-wrong (ESM only: CommonJS and node10 resolution are not supported)"
 npx --no-install attw --profile esm-only --no-emoji --no-color "$TARBALL"
 
+echo "== README links: into the package, or absolute (the registry page has no repository files)"
+tar xzf "$TARBALL" -O package/README.md | node -e '
+  const files = new Set(process.argv.slice(1).map((f) => f.replace(/^package\//, "")));
+  const readme = require("node:fs").readFileSync(0, "utf8");
+  const dead = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1])
+    .filter((t) => !/^(https?:|mailto:|#)/.test(t)).filter((t) => !files.has(t.split("#")[0]));
+  if (dead.length) { console.error("check-pack: README links outside the package: " + dead.join(", ")); process.exit(1); }
+  console.log("every relative README link is in the package");
+' $(tar tzf "$TARBALL")
+
 echo "== scratch project"
 APP="$WORK/app"
 mkdir -p "$APP"
