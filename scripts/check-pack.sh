@@ -6,7 +6,10 @@
 #     through idem on PGlite (scripts/pack/smoke.mjs),
 #   - type-checks a file that uses each subpath under strict NodeNext, skipLibCheck off
 #     (scripts/pack/usage.ts), and the uses typed by frameworks whose own .d.ts fail that check
-#     with skipLibCheck on (scripts/pack/usage-frameworks.ts),
+#     with skipLibCheck on (scripts/pack/usage-frameworks.ts), and the README's Lambda handlers and
+#     Express route with @types/aws-lambda and @types/express installed (scripts/pack/usage-typed-apps.ts),
+#   - installs the tarball as a user would (npm install ./idem-x.y.z.tgz) and fails on an npm
+#     install-scripts warning that names idem (the build runs in prepack, never at install),
 #   - runs the `idem` executable with none of the CLI's libraries installed.
 # Usage: scripts/check-pack.sh (npm run check:pack). Leaves nothing behind.
 set -euo pipefail
@@ -25,6 +28,16 @@ npx --no-install publint run --strict "$TARBALL"
 
 echo "== are-the-types-wrong (ESM only: CommonJS and node10 resolution are not supported)"
 npx --no-install attw --profile esm-only --no-emoji --no-color "$TARBALL"
+
+echo "== README links: into the package, or absolute (the registry page has no repository files)"
+tar xzf "$TARBALL" -O package/README.md | node -e '
+  const files = new Set(process.argv.slice(1).map((f) => f.replace(/^package\//, "")));
+  const readme = require("node:fs").readFileSync(0, "utf8");
+  const dead = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1])
+    .filter((t) => !/^(https?:|mailto:|#)/.test(t)).filter((t) => !files.has(t.split("#")[0]));
+  if (dead.length) { console.error("check-pack: README links outside the package: " + dead.join(", ")); process.exit(1); }
+  console.log("every relative README link is in the package");
+' $(tar tzf "$TARBALL")
 
 echo "== scratch project"
 APP="$WORK/app"
@@ -53,6 +66,23 @@ done
 (cd "$APP" && npm install --offline --ignore-scripts --no-audit --no-fund --silent "$TARBALL" \
   $(for dep in $DEPS; do printf '%s ' "$ROOT/node_modules/$dep"; done))
 
+echo "== install as a user would: no install script of idem's (npm 11 warns of each one)"
+# No --ignore-scripts and no --silent here: npm lists every package whose install scripts it would
+# run (or, on npm 11, holds back). The build runs in prepack, so idem must not be among them.
+PLAIN="$WORK/plain"
+mkdir -p "$PLAIN"
+cat >"$PLAIN/package.json" <<'JSON'
+{ "name": "idem-install-check", "private": true, "type": "module" }
+JSON
+# Its dependencies from the npm cache (npm ci filled it), not linked: npm would run their scripts.
+INSTALL_LOG=$(cd "$PLAIN" && npm install --offline --no-audit --no-fund "$TARBALL" 2>&1)
+if grep -iE "idem@[0-9].*(prepare|preinstall|install|postinstall)" <<<"$INSTALL_LOG"; then
+  echo "check-pack: installing the tarball runs (or warns of) an install script of idem's:" >&2
+  echo "$INSTALL_LOG" >&2
+  exit 1
+fi
+echo "no install script of idem's"
+
 echo "== the idem executable without the CLI's libraries"
 (cd "$APP" && npx --no-install idem --version && npx --no-install idem --help >/dev/null)
 
@@ -80,12 +110,12 @@ echo "== idem/otel without @opentelemetry/api: a typed error from openTelemetry(
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
 for peer in pg postgres kysely drizzle-orm @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
   fastify koa @nestjs/common @nestjs/core rxjs reflect-metadata next @middy/core \
-  @types/node @types/pg @types/express @types/koa @types/write-file-atomic typescript; do
+  @types/node @types/pg @types/express @types/koa @types/write-file-atomic @types/aws-lambda typescript; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"
   ln -s "$ROOT/node_modules/$peer" "$APP/node_modules/$peer"
 done
 
-cp scripts/pack/smoke.mjs scripts/pack/usage.ts scripts/pack/usage-frameworks.ts "$APP/"
+cp scripts/pack/smoke.mjs scripts/pack/usage.ts scripts/pack/usage-frameworks.ts scripts/pack/usage-typed-apps.ts "$APP/"
 cat >"$APP/tsconfig.json" <<'JSON'
 {
   "compilerOptions": {
@@ -109,7 +139,7 @@ cat >"$APP/tsconfig.frameworks.json" <<'JSON'
 {
   "extends": "./tsconfig.json",
   "compilerOptions": { "skipLibCheck": true },
-  "files": ["usage-frameworks.ts"]
+  "files": ["usage-frameworks.ts", "usage-typed-apps.ts"]
 }
 JSON
 
@@ -127,7 +157,7 @@ node -e '
   if (missing.length) { console.error("check-pack: scripts/pack/usage.ts does not use " + missing.join(", ")); process.exit(1); }
 ' "$ROOT/package.json" "$APP/usage.ts"
 (cd "$APP" && node node_modules/typescript/bin/tsc -p tsconfig.json)
-echo "== type-check the framework-typed uses (Koa app, Middy, NextRequest), skipLibCheck on for their .d.ts"
+echo "== type-check the framework-typed uses (Koa app, Middy, NextRequest; Lambda handlers as @types/aws-lambda's, Express with @types/express), skipLibCheck on for their .d.ts"
 (cd "$APP" && node node_modules/typescript/bin/tsc -p tsconfig.frameworks.json)
 
 echo "check-pack: ok"

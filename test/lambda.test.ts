@@ -12,6 +12,7 @@ import {
   type ApiGatewayProxyEventV1,
   type ApiGatewayProxyEventV2,
   idempotency,
+  type IdempotentLambdaContext,
   invocationLeaseMs,
   type LambdaIdempotencyOptions,
   withIdempotency,
@@ -278,7 +279,7 @@ for (const engine of engines) {
         const { store } = await table();
         let H = 0;
         const seen: Array<IdempotencyContext<Queryable> | undefined> = [];
-        const handler = middy(async (event: ApiGatewayProxyEventV1, context: { idem?: IdempotencyContext<Queryable> }) => {
+        const handler = middy(async (event: ApiGatewayProxyEventV1, context: IdempotentLambdaContext<Queryable>) => {
           H++;
           seen.push(context.idem);
           const done = await context.idem!.phase('charged', async () => ({ id: 'ch_m' }));
@@ -299,7 +300,7 @@ for (const engine of engines) {
         let crash = true;
         const runs = { a: 0 };
         const errors: unknown[] = [];
-        const handler = middy(async (_event: ApiGatewayProxyEventV2, context: { idem?: IdempotencyContext<Queryable> }) => {
+        const handler = middy(async (_event: ApiGatewayProxyEventV2, context: IdempotentLambdaContext<Queryable>) => {
           await context.idem!.phase('a', async () => ++runs.a);
           if (crash) {
             crash = false;

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import middy from '@middy/core';
 import type { PostgresStore, Queryable } from '../../src/postgres/index.js';
-import { idempotency, type IdempotencyContext, type LambdaHttpEvent, withIdempotency } from '../../src/lambda/index.js';
+import { idempotency, type IdempotencyContext, type IdempotentLambdaContext, type LambdaHttpEvent, withIdempotency } from '../../src/lambda/index.js';
 
 type ChargeResult = { statusCode: number; headers: Record<string, string>; body: string };
 
@@ -29,7 +29,7 @@ export function chargeHandler(store: PostgresStore) {
 
 /** The same with Middy: idem first, then your other middlewares. */
 export function middyChargeHandler(store: PostgresStore) {
-  return middy(async (event: LambdaHttpEvent, context: { idem?: IdempotencyContext<Queryable> }) => createCharge(event, context.idem!)).use(
+  return middy(async (event: LambdaHttpEvent, context: IdempotentLambdaContext<Queryable>) => createCharge(event, context.idem!)).use(
     idempotency<Queryable>({ store, required: true }),
   );
 }

@@ -1,13 +1,12 @@
 // Type-checked by scripts/check-pack.sh against the packed tarball, strict and NodeNext, but
 // with skipLibCheck on: the uses of idem's adapters with frameworks whose own .d.ts do not pass
 // skipLibCheck off (@types/koa against the content-disposition it resolves; @middy/core, which
-// imports types from `aws-lambda` without depending on @types/aws-lambda; next, whose .d.ts need
+// imports types from `aws-lambda`; next, whose .d.ts need
 // react-dom, webpack and newer DOM types). idem's own .d.ts are
 // checked with skipLibCheck off in usage.ts, which imports every subpath.
 import middy from '@middy/core';
-import type { IdempotencyContext } from 'idem';
 import { type IdempotencyState, idempotency as koaIdempotency } from 'idem/koa';
-import { type LambdaHttpEvent, idempotency as middyIdempotency } from 'idem/lambda';
+import { type IdempotentLambdaContext, type LambdaHttpEvent, idempotency as middyIdempotency } from 'idem/lambda';
 import { withIdempotency } from 'idem/next';
 import type { Queryable } from 'idem/postgres';
 import { PostgresStore, type SqlClient } from 'idem/postgres';
@@ -27,7 +26,7 @@ koa.use(async (ctx) => {
 });
 
 // Middy: idem first, then the handler reads the context Middy carries.
-export const handler = middy(async (event: LambdaHttpEvent, context: { idem?: IdempotencyContext<Queryable> }) => ({
+export const handler = middy(async (event: LambdaHttpEvent, context: IdempotentLambdaContext<Queryable>) => ({
   statusCode: 201,
   body: JSON.stringify({ key: context.idem?.key, v2: 'rawPath' in event }),
 })).use(middyIdempotency<Queryable>({ store, required: true }));

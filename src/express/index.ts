@@ -22,6 +22,16 @@ import { holdWrites, toHeaders } from '../http/node-response.js';
 import { bodyResponse, isNullBodyStatus, replayHeaders } from '../http/response.js';
 import type { StoredResponse } from '../store/types.js';
 
+/**
+ * The request in the middleware's signature. Express infers a route's body and locals types
+ * from every handler in its chain: `body` is `any` here, Express's own default, so the app's
+ * `req.body` stays `any` (a `body?: unknown` turned it into `unknown`) or the type the route
+ * declares; the response declares no `locals`, so typed locals keep their shape.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: `any` is Express's default body type; `unknown` would become the route's
+export type ExpressRequestLike = IncomingMessage & { body?: any };
+/** The response in the middleware's signature (see {@link ExpressRequestLike}). */
+export type ExpressResponseLike = ServerResponse;
 /** The slice of an Express request used here. */
 interface ReqLike extends IncomingMessage {
   body?: unknown;
@@ -35,13 +45,13 @@ type Next = (error?: unknown) => void;
 
 /** The middleware, plus an error middleware to mount after the routes. */
 export interface ExpressIdempotency<Tx = unknown> {
-  (req: ReqLike, res: ResLike, next: Next): Promise<void>;
+  (req: ExpressRequestLike, res: ExpressResponseLike, next: Next): Promise<void>;
   /** Error middleware: a thrown error in a protected route releases the lease and answers a 500 problem. */
-  onError: (error: unknown, req: ReqLike, res: ResLike, next: Next) => Promise<void>;
+  onError: (error: unknown, req: ExpressRequestLike, res: ExpressResponseLike, next: Next) => Promise<void>;
   /** The core, for direct use. */
   core: HttpIdempotency<Tx>;
   /** This request's context (typed), `undefined` when the request is unprotected. */
-  context(res: { locals: Record<string, unknown> }): IdempotencyContext<Tx> | undefined;
+  context(res: { locals: object }): IdempotencyContext<Tx> | undefined;
 }
 
 const PREPARED = Symbol('idem.prepared');
@@ -59,7 +69,9 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
   const core = new HttpIdempotency<Tx>(options);
   const keyHeader = (options.keyHeader ?? options.headerName ?? DEFAULT_KEY_HEADER).toLowerCase();
 
-  const middleware = async function idempotencyMiddleware(req: ReqLike, res: ResLike, next: Next): Promise<void> {
+  const middleware = async function idempotencyMiddleware(request: ExpressRequestLike, response: ExpressResponseLike, next: Next): Promise<void> {
+    const req = request as ReqLike;
+    const res = response as ResLike;
     try {
       if (!core.protects(req.method ?? 'GET')) return next();
       const parsedObject = req.body !== undefined && req.body !== null && typeof req.body === 'object' && !(req.body instanceof Uint8Array);
@@ -97,16 +109,16 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
     // No execution, or the route already ended its response (which is being recorded).
     if (prepared?.kind !== 'execute') return next(error);
     delete (req as unknown as Record<symbol, unknown>)[PREPARED];
-    restore(res);
+    restore(res as ResLike);
     if (res.headersSent) {
       // Too late to answer with a problem; still release, so retries need not wait out the lease.
       await prepared.context.execution.release().catch(() => undefined);
       return next(error);
     }
-    await send(res, await prepared.fail(error));
+    await send(res as ResLike, await prepared.fail(error));
   };
   middleware.core = core;
-  middleware.context = (res) => res.locals.idem as IdempotencyContext<Tx> | undefined;
+  middleware.context = (res) => (res.locals as Record<string, unknown>).idem as IdempotencyContext<Tx> | undefined;
   return middleware;
 }
 

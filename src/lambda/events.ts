@@ -34,7 +34,8 @@ export interface ApiGatewayProxyEventV2 {
   cookies?: string[];
   body?: string;
   isBase64Encoded?: boolean;
-  requestContext: { http: { method: string } } & Record<string, unknown>;
+  /** Only `http.method` is read; no index signature, so the aws-lambda event types fit this slice. */
+  requestContext: { http: { method: string } };
 }
 
 /** Any HTTP event the adapter understands. */

@@ -86,7 +86,8 @@ function cores<Tx>(options: LambdaIdempotencyOptions<Tx>): (context: LambdaConte
  *
  * @throws {InvalidOptionError} at creation for bad options
  */
-export function withIdempotency<Tx = unknown, E extends LambdaHttpEvent = LambdaHttpEvent, C extends LambdaContextLike = LambdaContextLike, R = unknown>(
+// biome-ignore lint/suspicious/noExplicitAny: R defaults to any, as aws-lambda's own `Handler` result does, so `withIdempotency<Tx>(…)` fits every aws-lambda handler type
+export function withIdempotency<Tx = unknown, E extends LambdaHttpEvent = LambdaHttpEvent, C extends LambdaContextLike = LambdaContextLike, R = any>(
   options: LambdaIdempotencyOptions<Tx>,
   handler: IdempotentLambdaHandler<E, C, R, Tx>,
 ): (event: E, context: C) => Promise<R> {
@@ -118,6 +119,13 @@ export interface MiddyRequestLike {
   response: unknown;
   error: unknown;
 }
+
+/**
+ * The context a Middy handler receives: Lambda's context with idem's at `context.idem`
+ * (`undefined` when the request is unprotected). Type the handler's `context` with it: a bare
+ * `{ idem?: … }` shares no property with aws-lambda's `Context`, and `middy()` rejects it.
+ */
+export type IdempotentLambdaContext<Tx = unknown> = LambdaContextLike & { idem?: IdempotencyContext<Tx> };
 
 /** A Middy middleware object (`before` / `after` / `onError`). */
 export interface MiddyIdempotency {
