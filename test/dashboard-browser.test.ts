@@ -167,15 +167,15 @@ describe('idem dashboard in chromium', () => {
         ['past', 'order-0'],
       ] as const) {
         await page.click(`#${section} tr:has-text("${key}")`);
-        await page.waitForFunction(`document.querySelector('#inspection')?.textContent?.includes('idem inspect tenant:acme ${key}')`);
+        await page.locator('#inspection', { hasText: `idem inspect tenant:acme ${key}` }).waitFor({ timeout: 30_000 });
       }
       await page.click('#failing tr:has-text("always-fails")');
-      await page.waitForFunction("document.querySelector('#why')?.textContent?.includes('always-fails')");
+      await page.locator('#why', { hasText: 'always-fails' }).waitFor({ timeout: 30_000 });
       assert.match((await page.textContent('#why'))!, /Finished with a problem: request-failed-permanently/);
       assert.match((await page.textContent('#inspected'))!, /failed attempts\s*2/);
 
       await page.click('#stuck tr:has-text("stuck-after-errors")');
-      await page.waitForFunction("document.querySelector('#why')?.textContent?.includes('stuck-after-errors')");
+      await page.locator('#why', { hasText: 'stuck-after-errors' }).waitFor({ timeout: 30_000 });
       const why = (await page.textContent('#why'))!;
       assert.match(why, /Stuck: nobody is working on this key/);
       assert.match(why, /2 failed attempt\(s\) so far/);

@@ -114,7 +114,8 @@ describe('idem dashboard', () => {
       assert.match(inspected, /lease\s*expired/, 'a release ends the lease at its now(): shown as expired, not none');
       await page.fill('#inspect input[name=key]', 'order-0');
       await page.click('#inspect button');
-      await page.waitForFunction("document.querySelector('#inspected')?.textContent?.includes('201')");
+      // A locator wait, not waitForFunction: the page's CSP forbids eval, which a string predicate needs.
+      await page.locator('#inspected', { hasText: '201' }).waitFor({ timeout: 30_000 });
       assert.ok(!(await page.content()).includes(SECRET_BODY), 'no body anywhere on the page');
     } finally {
       await browser.close();

@@ -26,7 +26,7 @@ describe('model check (spin)', { skip: fullMatrixOnly() || SKIP }, () => {
     assert.equal(code, 0, `scripts/model.sh failed:\n${output}`);
     assert.match(output, /every property holds on the real model; every mutant has a counterexample/);
     // Every run reached a verdict: the real model's runs with 0 errors, each mutant with a trail.
-    assert.equal((output.match(/ ok$/gm) ?? []).length, 9, output);
-    assert.equal((output.match(/ok \(counterexample\)$/gm) ?? []).length, 10, output);
+    assert.equal((output.match(/ ok$/gm) ?? []).length, 12, output);
+    assert.equal((output.match(/ok \(counterexample\)$/gm) ?? []).length, 12, output);
   });
 });
