@@ -20,13 +20,16 @@ type Reset = () => void;
 
 type IoNode = { stream?: { destroy(error?: Error): void }; status?: string };
 
+/** ioredis statuses with a socket to destroy: opening (`connecting`), waiting on its ready check (`connect`), `ready`. */
+const LIVE = new Set(['connecting', 'connect', 'ready']);
+
 const resetError = () => new Error('idem/redis: a command got no reply for silentLinkMs, reconnecting');
 
 /**
  * The reset of `client`, or `undefined` for a client idem does not know (a custom one).
- * - ioredis `Redis`: destroys its socket (`stream`), as ioredis's own `socketTimeout` does;
- *   ioredis reconnects with its `retryStrategy` and resends the commands still unanswered.
- *   ioredis `Cluster`: the same on every node.
+ * - ioredis `Redis`: destroys its socket (`stream`), ready or still opening, as ioredis's own
+ *   `socketTimeout` does; ioredis reconnects with its `retryStrategy` and resends the commands
+ *   still unanswered. ioredis `Cluster`: the same on every node.
  * - node-redis client or cluster: `destroy()` then `connect()` (node-redis has no call that
  *   drops only the socket); commands waiting on the dead socket are rejected. Only a client
  *   that is open, so a client the application closed stays closed; a cluster whose
@@ -35,8 +38,12 @@ const resetError = () => new Error('idem/redis: a command got no reply for silen
 export function resetOf(client: unknown): Reset | undefined {
   const io = client as IoNode & { call?: unknown; isCluster?: boolean; nodes?: () => IoNode[] };
   if (typeof io.call === 'function') {
+    // Not only `ready`: a connection opened into the black hole (a lazy Cluster node's first one,
+    // or ioredis's own reconnect) stays in `connect` for good, its ready check never answered
+    // and ioredis's `connectTimeout` already cleared at the TCP connect. Skipping it left that
+    // node's slots answering 503 after the others recovered (protocol.md H25).
     const drop = (node: IoNode) => {
-      if (node.status === 'ready') node.stream?.destroy(resetError());
+      if (node.status !== undefined && LIVE.has(node.status)) node.stream?.destroy(resetError());
     };
     return io.isCluster ? () => io.nodes?.().forEach(drop) : () => drop(io);
   }

@@ -38,22 +38,10 @@ async function dropSingle(name: string): Promise<void> {
 }
 
 /** A Cluster entry: the test side starts a cluster per run; the child reads its ports. */
-/**
- * ioredis Cluster after a black hole (also one met after an idle spell): ioredis reconnects some nodes itself (its slots refresh
- * times out on a dead link), so a first 201 can come before idem's reset reaches the others,
- * which it does `silentLinkMs` after their first unanswered command: until then requests for
- * their slots answer 503. The contract's "201, then five in a row" then fails in about one run
- * of three; every request still answers within the deadline + 1 s and all recover within
- * `silentLinkMs`.
- */
-const IOREDIS_CLUSTER_BLACK_HOLE =
-  'a node reconnected by ioredis answers 201 before idem resets the other nodes (silentLinkMs after their first unanswered command): some 503s after the first 201';
-
 function clusterEntry(
   name: string,
   open: (ctx: OpenContext, nodes: Endpoint[]) => Promise<OpenedStore>,
   resendsCut = false,
-  knownFailures?: Record<string, string>,
 ): FaultEntry {
   let cluster: TestCluster | undefined;
   const nodes = (ports: number[]) => ports.map((port) => ({ host: '127.0.0.1', port }));
@@ -61,7 +49,6 @@ function clusterEntry(
     name,
     needs: 'REDIS_URL',
     resendsCut,
-    ...(knownFailures && { knownFailures }),
     async servers() {
       cluster = await startCluster();
       process.env[CLUSTER_PORTS] = cluster.ports.join(',');
@@ -129,9 +116,5 @@ export const redisEntries: FaultEntry[] = [
       return store(client, ctx, () => client.disconnect());
     },
     true,
-    {
-      'a black hole (connections accepted, never answered)': IOREDIS_CLUSTER_BLACK_HOLE,
-      "an idle spell longer than the client's timers behind a dead link": IOREDIS_CLUSTER_BLACK_HOLE,
-    },
   ),
 ];
