@@ -73,6 +73,9 @@ export interface AdapterHarness {
 
 /** Starts a node:http server on an ephemeral port; returns its URL and a closer. */
 export async function listen(server: http.Server): Promise<{ url: string; close(): Promise<void> }> {
+  // No server-side idle timeout (see harness-next.ts): only the client ends idle connections, so a
+  // kept-alive connection is never ended by the server at the moment fetch sends on it.
+  server.keepAliveTimeout = 0;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => resolve());

@@ -94,6 +94,9 @@ export async function startNest(
   }
   const app = await NestFactory.create(module, adapter, { logger: false, rawBody, abortOnError: false });
   cleanup(async () => void (await app.close()));
+  // No server-side idle timeout, as in harness-next.ts: fetch reuses a connection across the gap
+  // between two store groups, and Node's 5 s keepAliveTimeout could end it as undici sends (ECONNRESET).
+  (app.getHttpServer() as { keepAliveTimeout: number }).keepAliveTimeout = 0;
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1').replace('localhost', '127.0.0.1');
   return { app, url };

@@ -72,6 +72,7 @@ async function serveFetch(fetchFn: (request: Request) => Promise<Response>, clea
   const port = await new Promise<number>((resolve) => {
     server = serve({ fetch: fetchFn, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port)) as http.Server;
   });
+  server.keepAliveTimeout = 0; // only the client ends idle connections (see harness-next.ts)
   cleanup(
     () =>
       new Promise<void>((resolve) => {
