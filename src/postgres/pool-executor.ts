@@ -102,12 +102,8 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
   async function inTransaction<T>(clock: TransactionDeadline, fn: (conn: Queryable) => Promise<T>): Promise<T> {
     const conn = await checkout(clock);
     clocks.set(conn, clock);
-    // A connection that breaks between two statements of the transaction (no query in
-    // flight) emits 'error' on the client; unheard, that would crash the process. The
-    // next statement fails instead, and the catch below discards the connection.
-    const events = conn as unknown as { on?(event: 'error', fn: () => void): void; off?(event: 'error', fn: () => void): void };
-    const ignore = () => undefined;
-    events.on?.('error', ignore);
+    // A connection that breaks between two statements (no query in flight) emits 'error': the
+    // listener checkout() gave it hears that; the next statement fails and the catch discards it.
     try {
       await timed(conn, 'BEGIN', undefined, true);
       const value = await fn(conn);
@@ -127,7 +123,6 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
       throw error;
     } finally {
       clocks.delete(conn);
-      events.off?.('error', ignore);
     }
   }
 
