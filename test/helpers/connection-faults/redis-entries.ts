@@ -38,11 +38,7 @@ async function dropSingle(name: string): Promise<void> {
 }
 
 /** A Cluster entry: the test side starts a cluster per run; the child reads its ports. */
-function clusterEntry(
-  name: string,
-  open: (ctx: OpenContext, nodes: Endpoint[]) => Promise<OpenedStore>,
-  resendsCut = false,
-): FaultEntry {
+function clusterEntry(name: string, open: (ctx: OpenContext, nodes: Endpoint[]) => Promise<OpenedStore>, resendsCut = false): FaultEntry {
   let cluster: TestCluster | undefined;
   const nodes = (ports: number[]) => ports.map((port) => ({ host: '127.0.0.1', port }));
   return {
