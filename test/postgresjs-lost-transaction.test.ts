@@ -101,5 +101,39 @@ describe('a postgres.js transaction cut under the phase body', { skip: process.e
         await sql.end({ timeout: 1 });
       }
     });
+
+    test(`${name}: a body that fails with its own I/O error (ENOENT, a fetch's ECONNRESET) fails the commit with it, and the connection is given back`, {
+      timeout: 30_000,
+    }, async () => {
+      // One connection: were the transaction's connection held for good, the next commit would never get it.
+      const sql = postgres(process.env.DATABASE_URL ?? '', { onnotice: () => undefined, max: 1, connect_timeout: 2 });
+      const table = tableName('idem_pgjs_ioerr');
+      tables.push(table);
+      const store = new PostgresStore<Tx>({ client: await driverOf(sql), table, storeTimeoutMs: 5_000 });
+      try {
+        await store.migrate();
+        const claimed = await store.claim(claimInput('io'));
+        assert.equal(claimed.kind, 'claimed');
+        const ref = { scope: 's', key: 'io', token: claimed.kind === 'claimed' ? claimed.token : 0 };
+        for (const [code, syscall] of [
+          ['ENOENT', 'open'],
+          ['ECONNRESET', 'read'],
+        ]) {
+          const ioError = Object.assign(new Error(`${code}: the phase's own I/O failed`), { code, syscall });
+          const failed = store.commit(
+            ref,
+            () => ({ kind: 'phase', phase: 'p', result: null, leaseMs: 10_000 }),
+            async () => {
+              throw new Error('the PSP call failed', { cause: ioError });
+            },
+          );
+          await assert.rejects(failed, (e: unknown) => e === ioError || (e as { cause?: unknown }).cause === ioError);
+        }
+        const again = await store.commit(ref, () => ({ kind: 'phase', phase: 'p', result: null, leaseMs: 10_000 }));
+        assert.equal(again.kind, 'ok', 'the connection came back: the next phase commits');
+      } finally {
+        await sql.end({ timeout: 1 });
+      }
+    });
   }
 });

@@ -109,17 +109,29 @@ export function postgresjsQueryable(sql: PostgresJsQueryable, jsonAsText: boolea
 const LOST_CONNECTION = new Set(['CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED']);
 
 /**
- * True when `error`, or an error it wraps (`cause`), says its connection is gone: one of
- * postgres.js's connection errors, or the socket's own (a Node system error, with `syscall`).
- * postgres.js closes the connection after every one of them.
+ * How long a body failed by a socket error (a Node system error, with `syscall`) waits for
+ * `begin` to reject before the error is taken for the application's own. postgres.js fails a
+ * connection's statements with the socket's error and closes it in the same turn of the event
+ * loop, so `begin` rejects within milliseconds when the transaction's connection died; a phase's
+ * own I/O error (a file, an HTTP call: `ENOENT`, `ECONNRESET` of a fetch) leaves the connection
+ * open, and the body must then fail as usual, or the connection would stay reserved for good.
+ * One second is slack for a loaded host, paid only by a body that failed with a system error.
  */
-function lostConnection(error: unknown): boolean {
+const SOCKET_CLOSE_GRACE_MS = 1_000;
+
+/** The first of `error` and the errors it wraps (`cause`) that matches `test`. */
+function inChain(error: unknown, test: (e: { code?: unknown; syscall?: unknown }) => boolean): boolean {
   for (let e = error as { code?: unknown; syscall?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 5; depth++) {
-    if (typeof e.code === 'string' && (LOST_CONNECTION.has(e.code) || typeof e.syscall === 'string')) return true;
+    if (test(e)) return true;
     e = e.cause as typeof e;
   }
   return false;
 }
+
+/** postgres.js says the statement's connection is gone (the error or one it wraps). */
+const lostConnection = (error: unknown) => inChain(error, (e) => typeof e.code === 'string' && LOST_CONNECTION.has(e.code));
+/** A Node system error (the socket's, or any other I/O of the body's). */
+const systemError = (error: unknown) => inChain(error, (e) => typeof e.code === 'string' && typeof e.syscall === 'string');
 
 /**
  * `begin(body)` (postgres.js's `sql.begin`, or Drizzle's transaction on postgres.js), with a
@@ -134,13 +146,26 @@ function lostConnection(error: unknown): boolean {
  */
 export function withoutLateRollback<Tx, T>(begin: (body: (tx: Tx) => Promise<T>) => Promise<T>, body: (tx: Tx, lost: () => boolean) => Promise<T>): Promise<T> {
   let lost = false;
+  let markLost!: () => void;
+  const closed = new Promise<void>((resolve) => (markLost = resolve));
   const hold = () => new Promise<never>(() => undefined);
+  /** True when `begin` rejects (the connection closed) within the grace, false after it. */
+  const closesSoon = async (): Promise<boolean> => {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<boolean>((resolve) => (timer = setTimeout(resolve, SOCKET_CLOSE_GRACE_MS, false)));
+    try {
+      return await Promise.race([closed.then(() => true), late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
   const run = begin(async (tx) => {
     let value: T;
     try {
       value = await body(tx, () => lost);
     } catch (error) {
       if (lost || lostConnection(error)) return hold();
+      if (systemError(error) && (await closesSoon())) return hold();
       throw error;
     }
     return lost ? hold() : value;
@@ -148,6 +173,7 @@ export function withoutLateRollback<Tx, T>(begin: (body: (tx: Tx) => Promise<T>)
   // While the body runs, `begin` rejects only when its connection closed.
   run.catch(() => {
     lost = true;
+    markLost();
   });
   return run;
 }
