@@ -91,8 +91,8 @@ export class SilentLink {
   missed(): void {
     const now = performance.now();
     if (now - this.lastResetMs < this.silentMs) return; // a reconnect under way shows no reply yet either
-    let oldest = now;
-    for (const entry of this.waiting) oldest = Math.min(oldest, entry.at);
+    // A Set iterates in insertion order and `at` only grows: its first entry waited longest.
+    const oldest = this.waiting.values().next().value?.at ?? now;
     if (now - oldest < this.silentMs) return;
     this.lastResetMs = now;
     this.reset();
