@@ -182,7 +182,7 @@ export class HttpIdempotency<Tx = unknown> {
         });
       }
       case 'execute': {
-        const ended = await this.endCrashLoop(begun.execution);
+        const ended = begun.execution.failedAttempts === undefined ? undefined : await this.endCrashLoop(begun.execution);
         if (ended) return { kind: 'respond', response: ended };
         if (this.options.storeRequests) {
           const failed = await this.saveRequest(begun.execution, request);
@@ -233,7 +233,7 @@ export class HttpIdempotency<Tx = unknown> {
     request: Request,
     handler: (request: Request, context: IdempotencyContext<Tx>) => Response | Promise<Response>,
   ): Promise<Response> {
-    const ended = await this.endCrashLoop(execution);
+    const ended = execution.failedAttempts === undefined ? undefined : await this.endCrashLoop(execution);
     if (ended) return ended;
     const context = new IdempotencyContext<Tx>(execution, this.capture);
     let response: Response;
