@@ -49,7 +49,8 @@ export class HostAllowList {
   }
 }
 
-function bracket(host: string): string {
+/** `host` as it stands in a Host header: an IPv6 address in brackets. */
+export function bracket(host: string): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 

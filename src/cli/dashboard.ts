@@ -13,7 +13,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { PostgresStore } from '../postgres/index.js';
 import { releaseAction } from './dashboard-actions.js';
-import { contentSecurityPolicy, HostAllowList, hasToken, LOOPBACK, originRefusal, securityHeaders, WILDCARD } from './dashboard-guard.js';
+import { bracket, contentSecurityPolicy, HostAllowList, hasToken, LOOPBACK, originRefusal, securityHeaders, WILDCARD } from './dashboard-guard.js';
 import { DASHBOARD_PAGE, DASHBOARD_SCRIPT, DASHBOARD_STYLE } from './dashboard-page.js';
 
 /** Options of {@link startDashboard}. */
@@ -114,7 +114,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   });
   const { port } = server.address() as AddressInfo;
   hosts = new HostAllowList(host, port, options.allowedHosts ?? []);
-  const shown = WILDCARD.has(host) ? options.allowedHosts![0]! : host.includes(':') ? `[${host}]` : host;
+  const shown = WILDCARD.has(host) ? options.allowedHosts![0]! : bracket(host);
   const origin = /:\d+$/.test(shown) ? shown : `${shown}:${port}`;
   return {
     url: `http://${origin}/${token ? `?token=${encodeURIComponent(token)}` : ''}`,
