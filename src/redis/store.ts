@@ -129,8 +129,9 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       }
     }
     const member = indexMember(input.scope, input.key);
+    const fingerprint = hex(input.fingerprint);
     const reply = (await this.redis.script('claim', keys, [
-      hex(input.fingerprint),
+      fingerprint,
       String(Math.max(0, Math.floor(input.leaseMs))),
       String(Math.floor(input.retentionMs)),
       randomUUID(),
@@ -152,7 +153,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
         // The new owner fences the ledger first, so no worker of an earlier claim of this key
         // (discarded, past retention, or forgotten by Redis) can still commit a phase there.
         const ref = { scope: input.scope, key: input.key, token };
-        const claim = { claimId, fingerprint: hex(input.fingerprint), retentionMs: input.retentionMs, owns: () => this.owns(ref) };
+        const claim = { claimId, fingerprint, retentionMs: input.retentionMs, owns: () => this.owns(ref) };
         const state = await this.ledger.fence(ref, claim).catch(async (error: unknown) => {
           await this.discard(ref).catch(() => undefined);
           throw error;
