@@ -265,6 +265,8 @@ for (const engine of engines) {
           assert.equal(await replay.text(), body);
           assert.equal(counter.H, 1);
           assert.deepEqual(errors, [], 'the late error is not handled as a failed request');
+          // The late error travels on its own, after the response: wait for it to arrive (readiness, not a fixed sleep).
+          await poll(() => (reached.length > 0 ? true : undefined), 10_000, 'the late error reaching the app error handlers');
           assert.equal(reached.length, 1, 'the late error still reaches the app error handlers');
         });
       }
