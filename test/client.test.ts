@@ -162,9 +162,10 @@ describe('idem/client: retry policy', { concurrency: true }, () => {
   });
 
   test('Retry-After is honoured: delta-seconds and HTTP-date, also above the backoff cap', T, async () => {
-    const date = new Date(Date.now() + 3000).toUTCString(); // an HTTP-date: whole seconds, so 2-3 s ahead
+    // An HTTP-date (whole seconds, so 3-4 s ahead) made when the 503 is sent, not when the test
+    // starts: on a loaded machine the server's start and the first attempt can take seconds.
     const server = await startScriptedServer([
-      { status: 503, headers: { 'retry-after': date } },
+      { status: 503, headers: () => ({ 'retry-after': new Date(Date.now() + 4000).toUTCString() }) },
       { status: 429, headers: { 'retry-after': '1' } },
       { status: 200 },
     ]);

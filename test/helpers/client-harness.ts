@@ -174,7 +174,7 @@ export async function startRecordingProxy(options: {
 
 /** A local HTTP server answering from a script: one `{status, headers, body}` per request, the last repeated. */
 export async function startScriptedServer(
-  script: Array<{ status: number; headers?: Record<string, string>; body?: string } | 'reset'>,
+  script: Array<{ status: number; headers?: Record<string, string> | (() => Record<string, string>); body?: string } | 'reset'>,
 ): Promise<{ url: string; seen: Array<{ at: number; key: string | undefined; body: Buffer }>; close(): Promise<void> }> {
   const seen: Array<{ at: number; key: string | undefined; body: Buffer }> = [];
   const server = http.createServer(async (req, res) => {
@@ -184,7 +184,7 @@ export async function startScriptedServer(
     seen.push({ at: Date.now(), key: Array.isArray(key) ? key.join(',') : key, body: Buffer.concat(chunks) });
     const step = script[Math.min(seen.length - 1, script.length - 1)]!;
     if (step === 'reset') return req.socket.resetAndDestroy();
-    res.writeHead(step.status, step.headers);
+    res.writeHead(step.status, typeof step.headers === 'function' ? step.headers() : step.headers);
     res.end(step.body ?? '');
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
