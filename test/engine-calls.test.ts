@@ -71,16 +71,25 @@ engineSuite((s) => {
 
     it('gives a new claim id and derived key when the key is claimed again past retention', async () => {
       // Without a heartbeat, retention only has to exceed the lease.
-      const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0, retentionMs: SHORT_LEASE_MS + 100 });
+      const retentionMs = SHORT_LEASE_MS + 100;
+      const engine = makeEngine({ leaseMs: SHORT_LEASE_MS, heartbeatMs: 0, retentionMs });
       const first = executionOf(await begin(engine));
       const before = first.derivedKey('psp_charge');
+      const finishing = performance.now(); // retention starts after this, when the finish commits
       await first.finish(response(201, [1]));
-      assert.equal((await begin(engine)).kind, 'replay', 'within retention the key replays');
+      const next = await begin(engine);
+      if (next.kind !== 'replay') {
+        // A loaded machine may take longer than the retention to ask again: then it must really have passed.
+        const elapsedMs = performance.now() - finishing;
+        assert.ok(elapsedMs >= retentionMs, `a ${next.kind} ${Math.round(elapsedMs)} ms after the finish, within retention (${retentionMs} ms)`);
+      }
       const again = executionOf(
-        await eventually(
-          () => begin(engine),
-          (r) => r.kind !== 'replay',
-        ),
+        next.kind !== 'replay'
+          ? next
+          : await eventually(
+              () => begin(engine),
+              (r) => r.kind !== 'replay',
+            ),
       );
       assert.ok(again.token > first.token, `new claim token ${again.token} must exceed ${first.token}`);
       assert.notEqual(again.claimId, first.claimId, 'a claim past retention is a new claim');

@@ -71,10 +71,10 @@ engineSuite((s) => {
       const fresh = executionOf(await begin(engine, 'k', OTHER_FP)); // the client's fixed request
       assert.equal(fresh.resumed, false);
       assert.ok(fresh.token > taker.token, `the new claim's token ${fresh.token} must exceed every earlier one (${stale.token}, ${taker.token})`);
-      /** The row without its (ticking) lease and retention left. */
+      /** The row without what the clock changes: its lease and retention left, whether the lease ran out. */
       const snapshot = async () => {
         const r = await record();
-        return r && { ...r, leaseRemainingMs: undefined, retentionRemainingMs: undefined };
+        return r && { ...r, leaseRemainingMs: undefined, retentionRemainingMs: undefined, leaseExpired: undefined };
       };
       const before = await snapshot();
 
