@@ -14,7 +14,6 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
-import { serve } from 'vitepress';
 import { chromiumSkip, launchChromium } from './helpers/chromium.js';
 import { fullMatrixOnly } from './helpers/services.js';
 
@@ -58,7 +57,7 @@ async function census(page: Page, png: Buffer): Promise<PixelCensus> {
 
 describe('the docs site in chromium', { skip: fullMatrixOnly() || chromiumSkip }, () => {
   let browser: Browser;
-  let server: Awaited<ReturnType<typeof serve>>;
+  let server: Awaited<ReturnType<typeof import('vitepress')['serve']>>;
   let origin: string;
 
   before(async () => {
@@ -66,6 +65,7 @@ describe('the docs site in chromium', { skip: fullMatrixOnly() || chromiumSkip }
       const built = spawnSync('npx', ['vitepress', 'build', 'docs'], { cwd: ROOT, stdio: 'inherit' });
       assert.equal(built.status, 0, 'vitepress build docs failed');
     }
+    const { serve } = await import('vitepress'); // loaded only where the suite runs
     server = await serve({ root: DOCS, port: 0 });
     const http = server.server!;
     if (!http.listening) await new Promise((resolve) => http.once('listening', resolve));
