@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -91,6 +91,11 @@ describe('the docs site in chromium', { skip: fullMatrixOnly() || chromiumSkip }
     }
     for (const guide of ['Express', 'Fastify', 'Redis', 'RabbitMQ']) {
       assert.ok((await sidebar.getByRole('link', { name: guide }).count()) > 0, `sidebar link to ${guide}`);
+    }
+    // Every guide file is in the sidebar, with no list to keep (docs/.vitepress/config.mts).
+    const linked = new Set(await sidebar.locator('a').evaluateAll((links) => links.map((a) => a.getAttribute('href'))));
+    for (const file of readdirSync(join(DOCS, 'guides')).filter((f) => f.endsWith('.md'))) {
+      assert.ok(linked.has(`/guides/${file.replace(/\.md$/, '.html')}`), `sidebar link to docs/guides/${file}`);
     }
     const search = page.locator('#local-search button');
     await search.waitFor({ state: 'visible' });
