@@ -3,7 +3,8 @@
  * docs:build`, built here when missing) served as it would be hosted, one guide opened at
  * 1280 × 800, and its screenshot checked: not blank, the page's title, the sidebar listing the
  * guides, the search box, and a search that finds a guide. Full matrix only (a build and a
- * browser); `.ci/run` runs it right after the build and its link check (`npm run test:docs`).
+ * browser); it runs in `npm run test:all` on the build `.ci/run` made and checked just before
+ * (`npm run test:docs` alone). `IDEM_UPDATE_SCREENSHOT=1` rewrites docs/site.png.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -103,6 +104,7 @@ describe('the docs site in chromium', { skip: fullMatrixOnly() || chromiumSkip }
     const png = await page.screenshot({ fullPage: false });
     const file = join(tmpdir(), `idem-docs-site-${process.pid}.png`);
     writeFileSync(file, png);
+    if (process.env.IDEM_UPDATE_SCREENSHOT) writeFileSync(join(DOCS, 'site.png'), png); // the picture in docs/site.md
     const blank = await browser.newPage();
     const seen = await census(blank, png);
     await blank.close();
