@@ -6,7 +6,7 @@
  * would be hosted: docs/site.md.
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { slug } from 'github-slugger';
 import { type DefaultTheme, defineConfig } from 'vitepress';
@@ -84,6 +84,20 @@ export default defineConfig({
     // GitHub's heading anchors, so a link such as docs/reliability.md#redis-failover works the
     // same on GitHub, on the registry page and on this site.
     anchor: { slugify: slug },
+    // A relative link out of docs/ (../../src/x.ts, ../../examples/y/), which works on GitHub,
+    // points at the file on GitHub here: the site only has the pages.
+    config(md) {
+      md.core.ruler.push('repo-links', (state) => {
+        const page = posix.join('docs', String(state.env?.relativePath ?? ''));
+        for (const token of state.tokens.flatMap((t) => [t, ...(t.children ?? [])])) {
+          const href = token.type === 'link_open' ? token.attrGet('href') : null;
+          if (!href || /^([a-z][a-z0-9+.-]*:|#|\/)/i.test(href)) continue;
+          const [path = '', hash = ''] = href.split(/(?=#)/);
+          const target = posix.normalize(posix.join(posix.dirname(page), path));
+          if (!target.startsWith('docs/') && !target.startsWith('..')) token.attrSet('href', `${REPO}/blob/main/${target}${hash}`);
+        }
+      });
+    },
   },
   themeConfig: {
     nav: [
