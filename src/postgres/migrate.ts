@@ -34,7 +34,7 @@ export async function tableMode(ctx: StoreContext): Promise<'plain' | 'partition
 function checkKind(ctx: StoreContext, kind: string): void {
   if (ctx.psql && kind !== 'p') {
     throw new InvalidOptionError(
-      `Table ${ctx.table} exists and is not partitioned: migrate it first (README, "Partitioned mode"), or drop the partitioned option`,
+      `Table ${ctx.table} exists and is not partitioned: migrate it first (docs/guides/operations.md, "Partitioned mode"), or drop the partitioned option`,
     );
   }
   if (!ctx.psql && kind === 'p') {
