@@ -179,8 +179,9 @@ const examples: Record<string, { needs?: string; run(db: Db): Promise<void> }> =
   next: {
     async run() {
       // The route handler as Next calls it (Next's build is not needed for that): a Request and
-      // the route's second argument. lib/store.ts opens its own PGlite (no DATABASE_URL here).
+      // the route's second argument. lib/store.ts opens its own PGlite (DATABASE_URL unset for it).
       process.env.IDEM_TABLE = `idem_${suffix()}`;
+      delete process.env.DATABASE_URL;
       const { POST } = await import('./examples/next/app/api/charges/route.js');
       await checkRequests(
         'next',
