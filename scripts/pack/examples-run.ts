@@ -8,12 +8,11 @@
 // Usage: npx tsx examples-run.ts [name ...]  (default: every example whose service is there)
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { request, type Server } from 'node:http';
-import { type AddressInfo, connect, type Socket } from 'node:net';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { PGlite } from '@electric-sql/pglite';
-import type { Queryable, SqlClient } from 'idem/postgres';
 
-type Db = SqlClient & Queryable;
+type Db = PGlite;
 interface Answer {
   status: number;
   replayed: boolean;
@@ -30,7 +29,7 @@ interface Target {
 }
 
 const suffix = () => randomBytes(4).toString('hex');
-const count = async (db: Db, table: string) => Number((await db.query(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0]!.n);
+const count = async (db: Db, table: string) => Number((await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0]!.n);
 
 /** Replay, 422, and one effect under concurrent duplicates, for an HTTP-like target. */
 async function checkRequests(name: string, target: Target, body: object, changed: object): Promise<void> {
@@ -67,49 +66,47 @@ async function checkRequests(name: string, target: Target, body: object, changed
   );
 }
 
-/** A Node server (listening or not) on 127.0.0.1, port 0, as a target that POSTs JSON to `path`. */
-async function overHttp(server: Server, path: string): Promise<Pick<Target, 'send' | 'burst' | 'close'>> {
+/** Runs `work` while a transaction on `db` stays open until `until` settles. */
+async function holding<T>(db: PGlite, until: Promise<void>, work: () => Promise<T>): Promise<T> {
+  let entered!: () => void;
+  const inside = new Promise<void>((resolve) => (entered = resolve));
+  const held = db.transaction(async () => {
+    entered();
+    await until;
+  });
+  await inside;
+  try {
+    return await work();
+  } finally {
+    await held;
+  }
+}
+
+/** A Node server (listening or not) on 127.0.0.1, port 0, over `db`, as a target that POSTs JSON to `path`. */
+async function overHttp(server: Server, path: string, db: PGlite): Promise<Pick<Target, 'send' | 'burst' | 'close'>> {
   server.keepAliveTimeout = 0;
   if (!server.listening) await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}${path}`;
+  const send = async (key: string, body: unknown): Promise<Answer> => {
+    const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) });
+    return { status: response.status, replayed: response.headers.get('idempotent-replayed') === 'true', body: await response.text() };
+  };
   return {
-    send: async (key, body) => {
-      const response = await fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'idempotency-key': key },
-        body: JSON.stringify(body),
-      });
-      return { status: response.status, replayed: response.headers.get('idempotent-replayed') === 'true', body: await response.text() };
-    },
+    send,
     burst: async (key, body, n) => {
-      const sockets = await Promise.all(
-        Array.from(
-          { length: n },
-          () =>
-            new Promise<Socket>((resolve, reject) =>
-              connect(port, '127.0.0.1', function (this: Socket) {
-                resolve(this);
-              }).once('error', reject),
-            ),
-        ),
-      );
-      const payload = JSON.stringify(body);
-      return Promise.all(
-        sockets.map(
-          (socket) =>
-            new Promise<Answer>((resolve, reject) => {
-              const headers = { 'content-type': 'application/json', 'idempotency-key': key, 'content-length': Buffer.byteLength(payload), connection: 'close' };
-              const req = request({ host: '127.0.0.1', port, path, method: 'POST', headers, createConnection: () => socket }, async (res) => {
-                const chunks: Buffer[] = [];
-                for await (const chunk of res) chunks.push(chunk as Buffer);
-                resolve({ status: res.statusCode ?? 0, replayed: res.headers['idempotent-replayed'] === 'true', body: Buffer.concat(chunks).toString('utf8') });
-              });
-              req.once('error', reject);
-              req.end(payload);
-            }),
-        ),
-      );
+      // PGlite runs one transaction at a time: held open until the server has all n requests,
+      // it keeps the first from finishing before the others claim, so they overlap for real.
+      let seen = 0;
+      let arrived!: () => void;
+      const all = new Promise<void>((resolve) => (arrived = resolve));
+      const onRequest = () => ++seen === n && arrived();
+      server.on('request', onRequest);
+      try {
+        return await holding(db, all, () => Promise.all(Array.from({ length: n }, () => send(key, body))));
+      } finally {
+        server.off('request', onRequest);
+      }
     },
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
@@ -127,7 +124,7 @@ const examples: Record<string, { needs?: string; run(db: Db): Promise<void> }> =
       const app = await createApp({ db, table: `idem_${suffix()}`, orders });
       const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }) as Server;
       await new Promise((resolve) => server.once('listening', resolve));
-      const target = await overHttp(server, '/v1/orders');
+      const target = await overHttp(server, '/v1/orders', db);
       await checkRequests('hono', { ...target, effects: () => count(db, orders) }, order, { total: 1300 });
       await target.close();
     },
@@ -137,7 +134,7 @@ const examples: Record<string, { needs?: string; run(db: Db): Promise<void> }> =
       const { createApp } = await import('./examples/express/app.js');
       const orders = `orders_${suffix()}`;
       const app = await createApp({ db, table: `idem_${suffix()}`, orders });
-      const target = await overHttp(app.listen(0, '127.0.0.1'), '/v1/orders');
+      const target = await overHttp(app.listen(0, '127.0.0.1'), '/v1/orders', db);
       await checkRequests('express', { ...target, effects: () => count(db, orders) }, { sku: 'A-1', quantity: 2 }, { sku: 'A-1', quantity: 3 });
       await target.close();
     },
@@ -148,7 +145,7 @@ const examples: Record<string, { needs?: string; run(db: Db): Promise<void> }> =
       const orders = `orders_${suffix()}`;
       const app = await buildApp({ db, table: `idem_${suffix()}`, orders });
       await app.listen({ port: 0, host: '127.0.0.1' });
-      await checkRequests('fastify', { ...(await overHttp(app.server, '/v1/orders')), effects: () => count(db, orders) }, order, { total: 1300 });
+      await checkRequests('fastify', { ...(await overHttp(app.server, '/v1/orders', db)), effects: () => count(db, orders) }, order, { total: 1300 });
       await app.close();
     },
   },
@@ -157,20 +154,21 @@ const examples: Record<string, { needs?: string; run(db: Db): Promise<void> }> =
       const { createApp } = await import('./examples/koa/app.js');
       const charges = `charges_${suffix()}`;
       const app = await createApp({ db, table: `idem_${suffix()}`, charges });
-      const target = await overHttp(app.listen(0, '127.0.0.1'), '/v1/charges');
+      const target = await overHttp(app.listen(0, '127.0.0.1'), '/v1/charges', db);
       await checkRequests('koa', { ...target, effects: () => count(db, charges) }, charge, { amount: 1300 });
       await target.close();
     },
   },
   nestjs: {
     async run(db) {
+      const { Logger } = await import('@nestjs/common');
       const { bootstrap } = await import('./examples/nestjs/main.js');
+      Logger.overrideLogger(false);
       for (const platform of ['express', 'fastify'] as const) {
         const orders = `orders_${suffix()}`;
         const app = await bootstrap(db, platform, `idem_${suffix()}`, orders);
-        app.useLogger(false);
         await app.listen(0, '127.0.0.1');
-        const target = await overHttp(app.getHttpServer(), '/v1/orders');
+        const target = await overHttp(app.getHttpServer(), '/v1/orders', db);
         await checkRequests(`nestjs (${platform})`, { ...target, effects: () => count(db, orders) }, order, { total: 1300 });
         await app.close();
       }
@@ -258,7 +256,7 @@ const examples: Record<string, { needs?: string; run(db: Db): Promise<void> }> =
       const app = await createApp({ redis, db, prefix, ledger: `phases_${suffix()}`, orders });
       const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }) as Server;
       await new Promise((resolve) => server.once('listening', resolve));
-      const target = await overHttp(server, '/v1/orders');
+      const target = await overHttp(server, '/v1/orders', db);
       try {
         await checkRequests('redis', { ...target, effects: () => count(db, orders) }, order, { total: 1300 });
       } finally {
@@ -366,7 +364,7 @@ const examples: Record<string, { needs?: string; run(db: Db): Promise<void> }> =
           assert.ok(Date.now() - started < 30_000, `nats: deliveries after 30 s: ${outcomes.join(', ')}`);
           await new Promise((resolve) => setTimeout(resolve, 20));
         }
-        const { rows } = await db.query(`SELECT order_id, amount FROM "${invoices}" ORDER BY order_id`);
+        const { rows } = await db.query<{ order_id: string; amount: number }>(`SELECT order_id, amount FROM "${invoices}" ORDER BY order_id`);
         assert.equal(rows.length, 2, 'nats: one invoice per order id');
         assert.ok(
           rows.some((r) => r.order_id === first && Number(r.amount) === 1200),

@@ -3,8 +3,8 @@
 # project, which installed the packed tarball (never this repository's src/):
 #   - links the frameworks, drivers and brokers' clients with their own type packages
 #     (@types/aws-lambda, @types/express, @types/koa, fastify, @nestjs/*, next, @middy/core,
-#     hono, pg, ioredis, amqplib, @nats-io/*) from this repository's node_modules, which `npm ci`
-#     filled (nothing more is downloaded);
+#     hono, pg, ioredis, amqplib, @nats-io/* ...) from this repository's node_modules, which
+#     `npm ci` filled (nothing more is downloaded);
 #   - copies examples/ in, and type-checks every example under `tsc --strict`, module NodeNext,
 #     with those type packages (skipLibCheck on: several frameworks' own .d.ts fail without it,
 #     see scripts/pack/usage-frameworks.ts; idem's .d.ts are checked with it off by usage.ts);
@@ -16,22 +16,18 @@ set -euo pipefail
 APP=$1
 ROOT=$2
 
-for peer in @nestjs/platform-express @nestjs/platform-fastify @koa/bodyparser ioredis amqplib @nats-io/jetstream \
-  @nats-io/transport-node tsx; do
-  [ -e "$APP/node_modules/$peer" ] && continue
-  mkdir -p "$(dirname "$APP/node_modules/$peer")"
-  ln -s "$ROOT/node_modules/$peer" "$APP/node_modules/$peer"
+# Every other package `npm ci` installed here (frameworks, drivers, type packages, tsx), as a
+# user's project would have installed what its examples import; idem itself stays the tarball's.
+for dir in "$ROOT"/node_modules/* "$ROOT"/node_modules/@*/*; do
+  name=${dir#"$ROOT/node_modules/"}
+  case "$name" in .* | @*/.* | idem) continue ;; @*/*) ;; @*) continue ;; esac
+  [ -e "$APP/node_modules/$name" ] && continue
+  mkdir -p "$(dirname "$APP/node_modules/$name")"
+  ln -s "$dir" "$APP/node_modules/$name"
 done
 
-# The examples of each stack, and the Next route with its store (not the contract harness's
-# route under app/h/). Payments, Drizzle, the client demo and the orders consumer are
-# type-checked in the repository (npm run typecheck).
-mkdir -p "$APP/examples/next/app/api" "$APP/examples/next/lib"
-for dir in hono express fastify koa nestjs lambda redis amqp nats shared; do
-  cp -R "$ROOT/examples/$dir" "$APP/examples/"
-done
-cp -R "$ROOT/examples/next/app/api/charges" "$APP/examples/next/app/api/"
-cp "$ROOT/examples/next/lib/store.ts" "$APP/examples/next/lib/"
+# Every example (what git tracks or would track: not Next's build output), and their driver.
+git -C "$ROOT" ls-files --cached --others --exclude-standard examples | tar -C "$ROOT" -cf - -T - | tar -C "$APP" -xf -
 cp "$ROOT/scripts/pack/examples-run.ts" "$APP/"
 if grep -rn "src/" "$APP/examples" --include=*.ts | grep -E "from '(\.\./)+src/|import\('(\.\./)+src/"; then
   echo "check-pack: an example imports the repository's src/ instead of idem/..." >&2
