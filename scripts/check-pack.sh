@@ -10,7 +10,9 @@
 #     Express route with @types/aws-lambda and @types/express installed (scripts/pack/usage-typed-apps.ts),
 #   - installs the tarball as a user would (npm install ./idem-x.y.z.tgz) and fails on an npm
 #     install-scripts warning that names idem (the build runs in prepack, never at install),
-#   - runs the `idem` executable with none of the CLI's libraries installed.
+#   - runs the `idem` executable with none of the CLI's libraries installed,
+#   - copies examples/ in, type-checks each with the frameworks' own type packages and runs it
+#     (scripts/pack/examples.sh: replay, 422 for another body, one effect under duplicates).
 # Usage: scripts/check-pack.sh (npm run check:pack). Leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,7 +77,12 @@ cat >"$PLAIN/package.json" <<'JSON'
 { "name": "idem-install-check", "private": true, "type": "module" }
 JSON
 # Its dependencies from the npm cache (npm ci filled it), not linked: npm would run their scripts.
-INSTALL_LOG=$(cd "$PLAIN" && npm install --offline --no-audit --no-fund "$TARBALL" 2>&1)
+# --prefer-offline, not --offline: npm ci caches the tarballs but not the registry's package
+# documents that a plain install resolves versions from; those come from the registry once.
+INSTALL_LOG=$(cd "$PLAIN" && npm install --prefer-offline --no-audit --no-fund "$TARBALL" 2>&1) || {
+  echo "$INSTALL_LOG" >&2
+  exit 1
+}
 if grep -iE "idem@[0-9].*(prepare|preinstall|install|postinstall)" <<<"$INSTALL_LOG"; then
   echo "check-pack: installing the tarball runs (or warns of) an install script of idem's:" >&2
   echo "$INSTALL_LOG" >&2
@@ -159,5 +166,11 @@ node -e '
 (cd "$APP" && node node_modules/typescript/bin/tsc -p tsconfig.json)
 echo "== type-check the framework-typed uses (Koa app, Middy, NextRequest; Lambda handlers as @types/aws-lambda's, Express with @types/express), skipLibCheck on for their .d.ts"
 (cd "$APP" && node node_modules/typescript/bin/tsc -p tsconfig.frameworks.json)
+
+# The examples installed as a user would: type-checked with the frameworks' own type packages
+# and run (replay, 422, one effect under concurrent duplicates).
+started=$(date +%s)
+scripts/pack/examples.sh "$APP" "$ROOT"
+echo "examples checked in $(($(date +%s) - started)) s"
 
 echo "check-pack: ok"

@@ -14,9 +14,9 @@ import { bodyParser } from '@koa/bodyparser';
 import { idempotency } from '../src/koa/index.js';
 import type { IdempotencyContext } from '../src/http/context.js';
 import type { IdempotencyOptions } from '../src/http/idempotency.js';
-import type { Queryable } from '../src/postgres/client.js';
+import type { Queryable, SqlClient } from '../src/postgres/client.js';
 import { listen } from './helpers/adapter-harness.js';
-import { engines, freshStore, useEngine } from './helpers/engines.js';
+import { engines, freshStore, tableName, useEngine } from './helpers/engines.js';
 import { assertProblem, countRows, hex, keyRows, requestInit, type Send } from './helpers/http.js';
 import { createApp } from '../examples/koa/app.js';
 
@@ -90,8 +90,12 @@ for (const engine of engines) {
     describe('the README example (examples/koa/app.ts)', () => {
       it('no key: 400 problem; a charge is created once and replayed with its Location; a 400 from validation is not stored', async () => {
         const fresh = await freshStore(db.client());
-        db.cleanup(fresh.drop);
-        const server = await listen(http.createServer(createApp(fresh.store).callback()));
+        const charges = tableName('charges');
+        db.cleanup(async () => {
+          await fresh.drop();
+          await (db.client() as Queryable).query(`DROP TABLE IF EXISTS "${charges}"`);
+        });
+        const server = await listen(http.createServer((await createApp({ db: db.client() as SqlClient & Queryable, table: fresh.table, charges })).callback()));
         db.cleanup(server.close);
         const post = (s: Send) => fetch(server.url + '/v1/charges', requestInit(s));
         await assertProblem(await post({ json: { amount: 1 } }), 400, 'idempotency-key-missing');
@@ -107,6 +111,7 @@ for (const engine of engines) {
         assert.equal(bad.status, 400);
         assert.equal(await bad.text(), 'amount must be an integer');
         assert.equal(await countRows(db.client(), fresh.table), 1, 'only the charge is stored');
+        assert.equal(await countRows(db.client(), charges), 1, 'one charge row');
       });
     });
 

@@ -18,11 +18,13 @@ import {
   withIdempotency,
 } from '../src/lambda/index.js';
 import type { IdempotencyContext } from '../src/http/context.js';
-import type { Queryable } from '../src/postgres/client.js';
-import { engines, freshStore, useEngine } from './helpers/engines.js';
-import { deferred, keyRows } from './helpers/http.js';
+import type { Queryable, SqlClient } from '../src/postgres/client.js';
+import { engines, freshStore, tableName, useEngine } from './helpers/engines.js';
+import { countRows, deferred, keyRows } from './helpers/http.js';
 import { fixture, lambdaContext } from './helpers/harness-lambda.js';
-import { chargeHandler, middyChargeHandler } from '../examples/lambda/handler.js';
+import { migrateCharges } from '../examples/lambda/charge.js';
+import { chargeHandler } from '../examples/lambda/handler.js';
+import { middyChargeHandler } from '../examples/lambda/middy.js';
 
 type Result = {
   statusCode: number;
@@ -177,14 +179,17 @@ for (const engine of engines) {
       });
     });
 
-    describe('the README example (examples/lambda/handler.ts)', () => {
+    describe('the examples (examples/lambda/handler.ts, examples/lambda/middy.ts)', () => {
       for (const [style, make] of [
         ['wrapped handler', chargeHandler],
         ['Middy', middyChargeHandler],
       ] as const) {
         it(`${style}: the REST and HTTP API fixtures each create one charge and replay it; a bad amount is not stored`, async () => {
           const { store, table: t } = await table();
-          const handler = make(store) as (event: unknown, context: unknown) => Promise<Result>;
+          const charges = tableName('charges');
+          await migrateCharges(db.client() as SqlClient & Queryable, charges);
+          db.cleanup(async () => void (await (db.client() as Queryable).query(`DROP TABLE IF EXISTS "${charges}"`)));
+          const handler = make(store, charges) as (event: unknown, context: unknown) => Promise<Result>;
           for (const format of ['rest v1', 'http v2'] as const) {
             const first = await handler(fixture(format), lambdaContext());
             assert.equal(first.statusCode, 201, first.body);
@@ -198,6 +203,7 @@ for (const engine of engines) {
           bad.body = '{"amount":"lots"}';
           assert.equal((await handler(bad, lambdaContext())).statusCode, 400);
           assert.equal((await keyRows(db.client(), t)).length, 2, 'two charges, the 400 not stored');
+          assert.equal(await countRows(db.client() as Queryable, charges), 2, 'one charge row per key');
         });
       }
     });

@@ -2,18 +2,23 @@
  * Fastify example: `POST /v1/orders` protected by idem (`idem/fastify`), run by
  * test/fastify.test.ts. The order row commits with its recovery point (an atomic phase); the
  * 201 is recorded before it is sent, and a retry with the same key gets it back byte for byte.
- * The README's Fastify section is copied from here (imports from `idem/fastify`, `idem/postgres`).
+ * A 4xx answered before any phase (here Fastify's schema validation) is not stored.
+ *
+ * Run: `npx tsx examples/fastify/app.ts` (PostgreSQL at DATABASE_URL, else an in-memory PGlite).
  */
+// #region setup
 import Fastify, { type FastifyInstance } from 'fastify';
-import { idempotency } from '../../src/fastify/index.js';
-import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
+import { idempotency } from 'idem/fastify';
+import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
+import { isMain, openDb } from '../shared/db.js';
 
 // Types `request.idem` in every route with the store's transaction handle.
-declare module '../../src/fastify/index.js' {
+declare module 'idem/fastify' {
   interface IdempotencyRegister {
     tx: Queryable;
   }
 }
+// #endregion setup
 
 export interface FastifyExampleOptions {
   /** pg.Pool or PGlite. */
@@ -25,10 +30,13 @@ export interface FastifyExampleOptions {
 }
 
 export async function buildApp({ db, table = 'idem_keys', orders = 'orders' }: FastifyExampleOptions): Promise<FastifyInstance> {
+  // #region store
   const store = new PostgresStore({ client: db, table });
-  await store.migrate();
+  await store.migrate(); // idempotent, safe from several hosts
+  // #endregion store
   await db.query(`CREATE TABLE IF NOT EXISTS "${orders}" (id serial PRIMARY KEY, total integer NOT NULL)`);
 
+  // #region route
   const app = Fastify();
   await app.register(idempotency, { store, required: true });
 
@@ -46,5 +54,13 @@ export async function buildApp({ db, table = 'idem_keys', orders = 'orders' }: F
       return reply.code(201).send(order);
     },
   );
+  // #endregion route
   return app;
 }
+
+// #region serve
+if (isMain(import.meta.url)) {
+  const app = await buildApp({ db: await openDb() });
+  console.log(`listening on ${await app.listen({ port: Number(process.env.PORT ?? 3000) })}`);
+}
+// #endregion serve

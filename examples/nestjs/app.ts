@@ -3,11 +3,12 @@
  * Fastify platform, run by test/nestjs.test.ts. The store comes from `forRootAsync` (built from
  * an injected database provider) and is itself injectable (`IDEMPOTENCY_STORE`). Decorators need
  * `experimentalDecorators`; every injection names its token, so no `emitDecoratorMetadata`.
- * The README's NestJS section is copied from here (imports from `idem/nestjs`, `idem/postgres`).
+ * Started by examples/nestjs/main.ts.
  */
+// #region controller
 import { BadRequestException, Body, Controller, Get, HttpCode, Inject, Module, Post, type DynamicModule } from '@nestjs/common';
-import { IDEMPOTENCY_STORE, IdemContext, Idempotent, IdempotencyModule, type IdempotencyContext } from '../../src/nestjs/index.js';
-import { PostgresStore, type Queryable, type SqlClient } from '../../src/postgres/index.js';
+import { IDEMPOTENCY_STORE, IdemContext, Idempotent, IdempotencyModule, type IdempotencyContext } from 'idem/nestjs';
+import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 
 export const DB = Symbol('DB');
 export const ORDERS = Symbol('ORDERS');
@@ -38,7 +39,9 @@ export class OrdersController {
     return { orders: Number(rows[0]!.n) };
   }
 }
+// #endregion controller
 
+// #region module
 @Module({})
 export class DatabaseModule {
   static with(db: SqlClient & Queryable, orders: string): DynamicModule {
@@ -76,6 +79,4 @@ export class AppModule {
     };
   }
 }
-
-// main.ts: const app = await NestFactory.create(AppModule.with(pool), { rawBody: true }); await app.listen(3000);
-// (or NestFactory.create(AppModule.with(pool), new FastifyAdapter(), { rawBody: true }))
+// #endregion module

@@ -8,8 +8,9 @@ const config = {
   // PGlite loads its WebAssembly and data files next to its module, and pg has native
   // fallbacks: both must stay plain Node packages, not bundled.
   serverExternalPackages: ['@electric-sql/pglite', 'pg'],
-  // The app imports idem from the repository's src/ (outside this folder), written as
-  // NodeNext ESM: `./x.js` means `./x.ts`. Built with webpack (`next build --webpack`).
+  // The app imports idem by name (`idem/next`, `idem/postgres`) as users do; tsconfig.json's
+  // `paths` map those to the repository's src/ (outside this folder), written as NodeNext ESM:
+  // `./x.js` means `./x.ts`. Built with webpack (`next build --webpack`).
   outputFileTracingRoot: root,
   webpack(webpackConfig) {
     webpackConfig.resolve.extensionAlias = { '.js': ['.ts', '.js'] };

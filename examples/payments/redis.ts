@@ -4,8 +4,8 @@
  * `PostgresPhases` commits each phase's effects and recorded result in one transaction of the
  * example's database, fenced by the Redis token, so the handler code is unchanged.
  */
-import type { Queryable, SqlClient } from '../../src/postgres/index.js';
-import type { RedisStore } from '../../src/redis/index.js';
+import type { Queryable, SqlClient } from 'idem/postgres';
+import type { RedisStore } from 'idem/redis';
 
 /** The Redis-backed store and how to close its connection. */
 export interface RedisClaims {
@@ -23,7 +23,7 @@ export async function openRedisClaims(db: SqlClient, env: NodeJS.ProcessEnv = pr
   if (!env.REDIS_URL) return undefined;
   // Loaded only when asked for: a server without REDIS_URL never loads the Redis driver.
   const { createClient } = await import('@redis/client');
-  const { PostgresPhases, RedisStore } = await import('../../src/redis/index.js');
+  const { PostgresPhases, RedisStore } = await import('idem/redis');
   const client = createClient({ url: env.REDIS_URL });
   client.on('error', () => undefined); // reconnects; a failing command reports its own error (503)
   await client.connect();

@@ -3,8 +3,7 @@
  * PGlite (kept out of Next's bundle by serverExternalPackages in next.config.mjs). The table
  * is IDEM_TABLE (default `idem_next_example`), created when the server loads this module.
  */
-import { PostgresStore } from '../../../src/postgres/index.js';
-import type { SqlClient } from '../../../src/postgres/client.js';
+import { PostgresStore, type SqlClient } from 'idem/postgres';
 
 async function open(): Promise<SqlClient> {
   if (process.env.DATABASE_URL) {

@@ -1,8 +1,8 @@
 // The README's Next.js example: a charge created once per Idempotency-Key.
 import { randomUUID } from 'node:crypto';
-import { withIdempotency } from '../../../../../src/next/index.js';
-import type { Queryable } from '../../../../../src/postgres/client.js';
-import { store } from '../../../lib/store';
+import { withIdempotency } from 'idem/next';
+import type { Queryable } from 'idem/postgres';
+import { store } from '../../../lib/store.js';
 
 export const POST = withIdempotency<Queryable>({ store, required: true }, async (request, _ctx, idem) => {
   const { amount } = (await request.json()) as { amount?: unknown };

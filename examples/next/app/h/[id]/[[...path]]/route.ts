@@ -1,8 +1,8 @@
 // Test-only route of the adapter contract suite (test/helpers/harness-next.ts): the test
 // process starts this app in process and registers, per harness app id, the idem options
 // and the route under test; this file wraps them with withIdempotency as compiled by Next.
-import type { NextRequest } from 'next/server';
-import { withIdempotency, type IdempotencyContext, type IdempotencyOptions } from '../../../../../../src/next/index.js';
+import type { NextRequest } from 'next/server.js';
+import { withIdempotency, type IdempotencyContext, type IdempotencyOptions } from 'idem/next';
 
 type Params = { params: Promise<{ id: string; path?: string[] }> };
 
