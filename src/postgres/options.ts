@@ -162,6 +162,8 @@ export interface StoreContext<Tx = unknown> {
   readonly channel: string | undefined;
   /** The client as given (for LISTEN). */
   readonly client: SqlClient | SqlDriver<Tx>;
+  /** `storeTimeoutMs` (protocol.md H17): also bounds a LISTEN becoming active (wait mode). */
+  readonly timeoutMs: number;
   /** Group commit's batchers when `groupCommit` is on, else undefined. */
   readonly group: GroupCommit | undefined;
   /** Citus mode's own statements when `distributed` is 'citus', else undefined. */
@@ -231,6 +233,7 @@ export function storeContext<Tx>(options: PostgresStoreOptions<Tx>): StoreContex
     cipher,
     channel,
     client: options.client,
+    timeoutMs,
     group,
     citus: citusSql,
   };

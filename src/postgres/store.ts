@@ -21,7 +21,7 @@ import { type DashboardData, dashboard, dashboardInspect } from './dashboard.js'
 import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
 import { migrate, tableMode } from './migrate.js';
 import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, storeContext } from './options.js';
-import { KeyChangeHub } from './notify.js';
+import { TableFeed } from './notify.js';
 import { maintain } from './partitions.js';
 import { readRecord } from './responses.js';
 import { toRecord } from './rows.js';
@@ -69,7 +69,7 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     this.partitioning = this.ctx.partitioning;
     this.distributed = this.ctx.citus ? 'citus' : undefined;
     if (this.ctx.channel) {
-      const hub = new KeyChangeHub(this.ctx.client, this.ctx.channel);
+      const { hub } = new TableFeed(this.ctx.client, this.ctx.channel, this.ctx.timeoutMs);
       this.subscribe = (scope, key) => hub.subscribe(scope, key);
     }
   }

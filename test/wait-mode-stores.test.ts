@@ -1,0 +1,207 @@
+/**
+ * Wait mode (protocol.md K17) on every store beside PostgreSQL (test/wait-mode.test.ts): the
+ * memory store (in process), PGlite (its `listen`), Redis through node-redis and ioredis, single
+ * and Cluster (sharded pub/sub from the scripts). Each test would fail if the store sent no
+ * notification: its waiters wait `inProgress.wait` (10 s) or a whole lease, far above the bounds
+ * asserted here.
+ */
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { PGlite } from '@electric-sql/pglite';
+import { IdempotencyEngine } from '../src/engine/engine.js';
+import { MemoryStore } from '../src/memory/index.js';
+import { PostgresStore } from '../src/postgres/index.js';
+import { RedisStore } from '../src/redis/index.js';
+import type { IdempotencyStore } from '../src/store/types.js';
+import { tableName } from './helpers/engines.js';
+import { clusterClients, randomPrefix, singleClients, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
+import { startOwnRedis } from './helpers/redis-server.js';
+import { fullMatrixOnly, needs } from './helpers/services.js';
+import { sleep } from './helpers/wait.js';
+
+const fp = (text: string) => createHash('sha256').update(text).digest();
+const body = (text: string) => new TextEncoder().encode(text);
+const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
+
+function pct(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length - 1) * p))]!;
+}
+
+interface Opened {
+  store: IdempotencyStore;
+  close(): Promise<void>;
+}
+
+/** 32 duplicates of one key at once: the handler runs once, the 31 others replay its response, woken right after its finish. */
+async function thirtyTwo(store: IdempotencyStore, name: string, diagnostic: (s: string) => void) {
+  const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000 });
+  // Warm up: one wait opens the store's subscriber, so the race below measures the wake-up.
+  const warm = `warm-${Math.random().toString(36).slice(2)}`;
+  const held = await eng.begin({ scope: 's', key: warm, fingerprint: fp('w') });
+  const warmWaiter = eng.begin({ scope: 's', key: warm, fingerprint: fp('w') });
+  await sleep(100);
+  if (held.kind === 'execute') await held.execution.finish(async () => ({ status: 200, headers: [], body: body('w') }));
+  assert.equal((await warmWaiter).kind, 'replay');
+  const key = `race-${Math.random().toString(36).slice(2)}`;
+  let runs = 0;
+  let finishedAt = 0;
+  const answers = await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      const begun = await eng.begin({ scope: 's', key, fingerprint: fp('a') });
+      if (begun.kind === 'execute') {
+        runs++;
+        await sleep(200);
+        await begun.execution.finish(async () => ({ status: 201, headers: [], body: body('{"id":"ch_1"}') }));
+        finishedAt = performance.now();
+        return { winner: true, at: finishedAt };
+      }
+      assert.equal(begun.kind, 'replay', `${name}: every loser replays (got ${begun.kind})`);
+      assert.equal(begun.kind === 'replay' && text(begun.response.body), '{"id":"ch_1"}');
+      return { winner: false, at: performance.now() };
+    }),
+  );
+  assert.equal(runs, 1, 'the handler ran once');
+  const losers = answers.filter((a) => !a.winner).map((a) => a.at - finishedAt);
+  assert.equal(losers.length, 31);
+  diagnostic(`${name}: losers answered p50 ${pct(losers, 0.5).toFixed(1)} ms, p99 ${pct(losers, 0.99).toFixed(1)} ms after the winner's finish`);
+  // Without a notification they would answer 10 s later (the wait's end).
+  assert.ok(pct(losers, 0.99) < 2000, `losers p99 ${pct(losers, 0.99).toFixed(1)} ms after the finish`);
+}
+
+/**
+ * The first worker crashes (its lease runs out, nothing is sent); one waiter takes over and
+ * finishes; the takeover and the finish wake the others, which replay its response.
+ */
+async function crashedWinner(store: IdempotencyStore) {
+  const crashing = new IdempotencyEngine({ store, leaseMs: 800, heartbeatMs: 0 });
+  const key = `crash-${Math.random().toString(36).slice(2)}`;
+  const first = await crashing.begin({ scope: 's', key, fingerprint: fp('a') });
+  assert.equal(first.kind, 'execute'); // and never finishes: the process "died"
+  const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000 });
+  const started = performance.now();
+  let runs = 0;
+  const answers = await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      const begun = await eng.begin({ scope: 's', key, fingerprint: fp('a') });
+      if (begun.kind === 'execute') {
+        runs++;
+        await sleep(200);
+        await begun.execution.finish(async () => ({ status: 201, headers: [], body: body('after-crash') }));
+        return 'ran';
+      }
+      return begun.kind === 'replay' ? text(begun.response.body) : begun.kind;
+    }),
+  );
+  const ms = performance.now() - started;
+  assert.equal(runs, 1, 'one waiter took over');
+  assert.deepEqual(
+    answers.filter((a) => a !== 'ran'),
+    Array(7).fill('after-crash'),
+    'the others replayed the new worker result',
+  );
+  // Without notifications the 7 others would answer 409 at their wait's end (10 s).
+  assert.ok(ms < 5000, `all answered after ${ms.toFixed(0)} ms`);
+}
+
+function storeSuite(name: string, open: () => Promise<Opened>, skip: string | false = false) {
+  describe(`wait mode on ${name} (protocol.md K17)`, { skip }, () => {
+    let opened: Opened;
+    before(async () => {
+      opened = await open();
+    });
+    after(async () => opened?.close());
+    test('32 concurrent duplicates: the handler once, every loser gets its response right after the finish', (t) =>
+      thirtyTwo(opened.store, name, (s) => t.diagnostic(s)));
+    test('a winner that crashes: one waiter takes over, the others see the takeover and replay its result', () => crashedWinner(opened.store));
+  });
+}
+
+storeSuite('MemoryStore', async () => ({ store: new MemoryStore(), close: async () => undefined }));
+
+storeSuite('PGlite (notify: true, its listen)', async () => {
+  const db = new PGlite();
+  await db.waitReady;
+  const store = new PostgresStore({ client: db, table: tableName('idem_wait'), notify: true });
+  await store.migrate();
+  return { store, close: () => db.close() };
+});
+
+function redisOpen(open: () => Promise<TestClient>): () => Promise<Opened> {
+  return async () => {
+    const t = await open();
+    return { store: new RedisStore({ client: t.client, prefix: randomPrefix() }), close: () => t.close() };
+  };
+}
+
+for (const c of singleClients) storeSuite(`RedisStore, ${c.name}`, redisOpen(c.open), needs('REDIS_URL'));
+
+describe('wait mode on Redis Cluster (sharded pub/sub)', { skip: fullMatrixOnly() }, () => {
+  let cluster: TestCluster | undefined;
+  before(async () => {
+    cluster = await startCluster();
+  });
+  after(async () => cluster?.stop());
+  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+    test(`${name}: 32 duplicates, and a crashed winner`, async (t) => {
+      const c = clusterClients(cluster!).find((x) => x.name === name)!;
+      const opened = await redisOpen(c.open)();
+      try {
+        await thirtyTwo(opened.store, `RedisStore, ${name}`, (s) => t.diagnostic(s));
+        await crashedWinner(opened.store);
+      } finally {
+        await opened.close();
+      }
+    });
+  }
+});
+
+describe('wait mode on Redis: the subscriber connection is killed mid-wait', { skip: needs('REDIS_URL') }, () => {
+  for (const c of singleClients) {
+    test(`${c.name}: the waiters get the result the finish sent while their subscriber was away`, async () => {
+      const own = await startOwnRedis();
+      const t = await (c.name === 'node-redis'
+        ? (async () => {
+            const { createClient } = await import('@redis/client');
+            const client = createClient({ url: `redis://127.0.0.1:${own.port}` });
+            await client.connect();
+            return { client, raw: (args: string[]) => client.sendCommand(args), close: async () => void client.destroy() };
+          })()
+        : (async () => {
+            const { Redis } = await import('ioredis');
+            const client = new Redis(own.port, '127.0.0.1', { maxRetriesPerRequest: 1 });
+            return { client, raw: (args: string[]) => client.call(args[0]!, ...args.slice(1)), close: async () => void client.disconnect() };
+          })());
+      try {
+        const store = new RedisStore({ client: t.client, prefix: randomPrefix() });
+        const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000 });
+        const first = await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
+        assert.equal(first.kind, 'execute');
+        const waiters = Array.from({ length: 4 }, () => eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') }));
+        // Wait until they subscribed (the subscriber is the only pub/sub client of this server).
+        for (let i = 0; ; i++) {
+          const list = String(await t.raw(['CLIENT', 'LIST', 'TYPE', 'pubsub']));
+          if (list.includes('ssub=1')) break;
+          assert.ok(i < 400, 'the waiters subscribed');
+          await sleep(25);
+        }
+        await t.raw(['CLIENT', 'KILL', 'TYPE', 'pubsub']);
+        // The finish goes out while the subscriber reconnects: its message reaches no one.
+        const started = performance.now();
+        if (first.kind === 'execute') await first.execution.finish(async () => ({ status: 200, headers: [], body: body('done') }));
+        const got = await Promise.all(waiters);
+        const ms = performance.now() - started;
+        assert.deepEqual(
+          got.map((g) => (g.kind === 'replay' ? text(g.response.body) : g.kind)),
+          Array(4).fill('done'),
+        );
+        // Woken by the resubscription, not by the 10 s deadline.
+        assert.ok(ms < 5000, `answered ${ms.toFixed(0)} ms after the finish`);
+      } finally {
+        await t.close();
+        await own.stop();
+      }
+    });
+  }
+});
