@@ -9,12 +9,17 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
+import { StoreUnavailableError } from '../src/core/errors.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
+import { withIdempotency } from '../src/lambda/index.js';
 import { MemoryStore } from '../src/memory/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { RedisStore } from '../src/redis/index.js';
+import { IN_PROCESS, KeyChangeHub } from '../src/store/key-changes.js';
 import type { IdempotencyStore } from '../src/store/types.js';
 import { tableName } from './helpers/engines.js';
+import { fixture, lambdaContext } from './helpers/harness-lambda.js';
+import { deferred } from './helpers/http.js';
 import { clusterClients, randomPrefix, singleClients, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
 import { startOwnRedis } from './helpers/redis-server.js';
 import { fullMatrixOnly, needs } from './helpers/services.js';
@@ -204,4 +209,97 @@ describe('wait mode on Redis: the subscriber connection is killed mid-wait', { s
       }
     });
   }
+});
+
+describe('a waiter cannot hang (protocol.md K17)', () => {
+  /** A MemoryStore whose notifications are all lost (a subscriber that never hears anything). */
+  function deafStore() {
+    const store = new MemoryStore();
+    const deaf = new KeyChangeHub(IN_PROCESS);
+    let reads = 0;
+    const get = store.get.bind(store);
+    store.get = (scope, key, retentionMs) => {
+      reads++;
+      return get(scope, key, retentionMs);
+    };
+    store.subscribe = (scope, key) => deaf.subscribe(scope, key);
+    return { store, reads: () => reads };
+  }
+
+  test('a lost notification: one read at the wait deadline finds the finish and replays it', async () => {
+    const { store, reads } = deafStore();
+    const eng = new IdempotencyEngine({ store, inProgress: { wait: 400 }, leaseMs: 30_000 });
+    const first = await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
+    const started = performance.now();
+    const waiting = eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
+    await sleep(50);
+    if (first.kind === 'execute') await first.execution.finish(async () => ({ status: 200, headers: [], body: body('done') }));
+    const got = await waiting;
+    assert.equal(got.kind === 'replay' && text(got.response.body), 'done');
+    assert.ok(performance.now() - started >= 390, 'answered at the deadline, not before');
+    assert.equal(reads(), 2, 'a read after subscribing and one at the deadline: no polling');
+  });
+
+  test('a lost notification and no finish: 409 with Retry-After at the wait deadline', async () => {
+    const { store } = deafStore();
+    const eng = new IdempotencyEngine({ store, inProgress: { wait: 300 }, leaseMs: 30_000 });
+    assert.equal((await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') })).kind, 'execute');
+    const started = performance.now();
+    const got = await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
+    assert.equal(got.kind, 'in-progress');
+    assert.ok(got.kind === 'in-progress' && got.retryAfterMs > 0);
+    const ms = performance.now() - started;
+    assert.ok(ms >= 290 && ms < 5000, `answered after ${ms.toFixed(0)} ms`);
+  });
+
+  test('a subscription that does not become active within storeTimeoutMs: StoreUnavailableError (503)', async () => {
+    const store = new MemoryStore();
+    const stuck = new KeyChangeHub({ watch: () => new Promise<void>(() => undefined), unwatch: () => undefined }, 200);
+    store.subscribe = (scope, key) => stuck.subscribe(scope, key);
+    const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000 });
+    assert.equal((await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') })).kind, 'execute');
+    const started = performance.now();
+    await assert.rejects(eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') }), StoreUnavailableError);
+    assert.ok(performance.now() - started < 5000);
+  });
+
+  test('waiters are bounded per process: past maxWaiters a duplicate gets 409 at once', async () => {
+    const store = new MemoryStore();
+    const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000, maxWaiters: 2 }, leaseMs: 30_000 });
+    const first = await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
+    const waiting = [eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') }), eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') })];
+    await sleep(20);
+    const started = performance.now();
+    const over = await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
+    assert.equal(over.kind, 'in-progress');
+    assert.ok(performance.now() - started < 1000, 'at once');
+    if (first.kind === 'execute') await first.execution.finish(async () => ({ status: 200, headers: [], body: body('done') }));
+    for (const w of await Promise.all(waiting)) assert.equal(w.kind, 'replay');
+    // The two places are free again.
+    const again = await eng.begin({ scope: 's', key: 'k2', fingerprint: fp('a') });
+    const w2 = eng.begin({ scope: 's', key: 'k2', fingerprint: fp('a') });
+    await sleep(20);
+    if (again.kind === 'execute') await again.execution.finish(async () => ({ status: 200, headers: [], body: body('2') }));
+    assert.equal((await w2).kind, 'replay');
+  });
+
+  test('Lambda: a duplicate waits at most the invocation remaining time less waitMarginMs', async () => {
+    const store = new MemoryStore();
+    const entered = deferred();
+    const hold = deferred();
+    const handler = withIdempotency({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000, waitMarginMs: 1000 }, async () => {
+      entered.resolve();
+      await hold.promise;
+      return { statusCode: 201, body: 'ok' };
+    });
+    const first = handler(fixture('rest v1'), lambdaContext(30_000));
+    await entered.promise;
+    const started = performance.now();
+    const second = (await handler(fixture('rest v1'), lambdaContext(1600))) as { statusCode: number; headers?: Record<string, string> };
+    const ms = performance.now() - started;
+    assert.equal(second.statusCode, 409);
+    assert.ok(ms >= 500 && ms < 1500, `the duplicate answered after ${ms.toFixed(0)} ms, within its invocation's 1600 ms`);
+    hold.resolve();
+    assert.equal(((await first) as { statusCode: number }).statusCode, 201);
+  });
 });
