@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
 import { StoreUnavailableError } from '../src/core/errors.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { withIdempotency } from '../src/lambda/index.js';
@@ -132,6 +133,35 @@ storeSuite('PGlite (notify: true, its listen)', async () => {
   await store.migrate();
   return { store, close: () => db.close() };
 });
+
+// The mode Citus uses (the notification as its own statement on the coordinator after the
+// change), checked here on PGlite and on PostgreSQL: no Citus server runs in these tiers.
+storeSuite("PGlite (notify: 'after-commit', the Citus path)", async () => {
+  const db = new PGlite();
+  await db.waitReady;
+  const store = new PostgresStore({ client: db, table: tableName('idem_wait'), notify: 'after-commit' });
+  await store.migrate();
+  return { store, close: () => db.close() };
+});
+
+storeSuite(
+  "PostgreSQL (notify: 'after-commit', the Citus path)",
+  async () => {
+    const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 20 });
+    const table = tableName('idem_wait');
+    const store = new PostgresStore({ client: pool, table, notify: 'after-commit' });
+    await store.migrate();
+    return {
+      store,
+      close: async () => {
+        await pool.query(`DROP TABLE IF EXISTS "${table}" CASCADE`);
+        await pool.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
+        await pool.end();
+      },
+    };
+  },
+  needs('DATABASE_URL'),
+);
 
 function redisOpen(open: () => Promise<TestClient>): () => Promise<Opened> {
   return async () => {

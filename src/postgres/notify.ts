@@ -7,7 +7,8 @@
  * waiter polls.
  */
 import { createHash } from 'node:crypto';
-import { type ChangeFeed, KeyChangeHub } from '../store/key-changes.js';
+import { type ChangeFeed, KeyChangeHub, keyId } from '../store/key-changes.js';
+import type { StoreContext } from './options.js';
 import { isSqlDriver, type PoolClientLike, type PoolLike, type SqlClient, type SqlDriver } from './client.js';
 import type { Statements } from './sql.js';
 import { literal } from './sql/table.js';
@@ -55,6 +56,15 @@ export function notifyingStatements(sql: Statements, channel: string): Statement
     `WITH w AS (${statement})
       SELECT w.*, pg_notify(${literal(channel)}, char_length($1::text)::text || ':' || $1::text || $2::text) IS NULL AS notified FROM w`;
   return { ...sql, takeOver: wrap(sql.takeOver), finish: wrap(sql.finish), release: wrap(sql.release), discard: wrap(sql.discard) };
+}
+
+/**
+ * `notify: 'after-commit'` (and Citus): the notification of a change that committed, as a
+ * statement of its own on the store's client (on Citus, the coordinator, where the waiters
+ * listen). A failure is dropped: the change stands, and its waiters read at their deadline.
+ */
+export async function notifyAfterCommit(ctx: StoreContext<unknown>, scope: string, key: string): Promise<void> {
+  await ctx.db.query('SELECT pg_notify($1, $2) IS NULL AS notified', [ctx.channel, keyId(scope, key)]).catch(() => undefined);
 }
 
 /** One LISTEN connection per pool, checked out while some channel has a listener and returned after. */
