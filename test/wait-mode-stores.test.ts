@@ -333,3 +333,34 @@ describe('a waiter cannot hang (protocol.md K17)', () => {
     assert.equal(((await first) as { statusCode: number }).statusCode, 201);
   });
 });
+
+describe('the wait-mode guide example (examples/wait-mode/app.ts)', { skip: needs('REDIS_URL') }, () => {
+  test('4 concurrent duplicates over HTTP: the slow handler once, every one gets its 201 and body', async () => {
+    const { createApp } = await import('../examples/wait-mode/app.js');
+    const { serve } = await import('@hono/node-server');
+    const { app, close } = await createApp(process.env.REDIS_URL!);
+    const server = await new Promise<import('node:http').Server>((resolve) => {
+      const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s as import('node:http').Server)) as import('node:http').Server;
+      s.keepAliveTimeout = 0;
+    });
+    try {
+      const url = `http://127.0.0.1:${(server.address() as import('node:net').AddressInfo).port}/v1/charges`;
+      const key = `guide-${Math.random().toString(36).slice(2)}`;
+      const answers = await Promise.all(
+        Array.from({ length: 4 }, async () => {
+          const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{"amount":1999}' });
+          return { status: res.status, replayed: res.headers.get('idempotent-replayed'), body: await res.text() };
+        }),
+      );
+      assert.deepEqual(
+        answers.map((a) => a.status),
+        [201, 201, 201, 201],
+      );
+      assert.equal(new Set(answers.map((a) => a.body)).size, 1, 'one charge, the same body for all');
+      assert.equal(answers.filter((a) => a.replayed === 'true').length, 3);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+      await close();
+    }
+  });
+});
