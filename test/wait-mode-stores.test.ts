@@ -364,3 +364,72 @@ describe('the wait-mode guide example (examples/wait-mode/app.ts)', { skip: need
     }
   });
 });
+
+describe('wait mode on Redis Cluster: the key slot migrates during a wait', { skip: fullMatrixOnly() }, () => {
+  let cluster: TestCluster | undefined;
+  before(async () => {
+    cluster = await startCluster();
+  });
+  after(async () => cluster?.stop());
+  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+    test(`${name}: the subscription follows the slot, the finish on the new master wakes the waiters`, async (t) => {
+      const c = clusterClients(cluster!).find((x) => x.name === name)!;
+      const tc = await c.open();
+      const { createClient } = await import('@redis/client');
+      const admin = await Promise.all(
+        cluster!.ports.map(async (port) => {
+          const a = createClient({ url: `redis://127.0.0.1:${port}` });
+          await a.connect();
+          return { port, a };
+        }),
+      );
+      try {
+        const prefix = randomPrefix();
+        const store = new RedisStore({ client: tc.client, prefix });
+        const eng = new IdempotencyEngine({ store, inProgress: { wait: 8000 }, leaseMs: 30_000 });
+        const first = await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
+        assert.equal(first.kind, 'execute');
+        const waiters = Array.from({ length: 4 }, () => eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') }));
+        const h = `${prefix}:{s:k}`;
+        // Move the key's slot to another master: MIGRATING / IMPORTING, MIGRATE its keys, SETSLOT NODE everywhere.
+        const slot = Number(await admin[0]!.a.sendCommand(['CLUSTER', 'KEYSLOT', h]));
+        const ids = await cluster!.nodeIds();
+        const slots = (await admin[0]!.a.sendCommand(['CLUSTER', 'SLOTS'])) as Array<[number, number, [string, number]]>;
+        const ownerPort = Number(slots.find(([from, to]) => slot >= from && slot <= to)![2][1]);
+        const source = admin.find((x) => x.port === ownerPort)!;
+        const target = admin.find((x) => x.port !== ownerPort)!;
+        /** Resolves once `node` has a subscriber of the key's shard channel (the hash's name). */
+        const subscribedOn = async (node: { a: { sendCommand(args: string[]): Promise<unknown> } }, what: string) => {
+          for (let i = 0; ; i++) {
+            const reply = (await node.a.sendCommand(['PUBSUB', 'SHARDNUMSUB', h])) as [string, number];
+            if (Number(reply[1]) > 0) return;
+            assert.ok(i < 800, what);
+            await sleep(25);
+          }
+        };
+        await subscribedOn(source, 'the waiters subscribed on the owner');
+        await target.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'IMPORTING', ids.get(source.port)!]);
+        await source.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'MIGRATING', ids.get(target.port)!]);
+        const keys = (await source.a.sendCommand(['CLUSTER', 'GETKEYSINSLOT', String(slot), '100'])) as string[];
+        if (keys.length > 0) await source.a.sendCommand(['MIGRATE', '127.0.0.1', String(target.port), '', '0', '5000', 'KEYS', ...keys]);
+        for (const x of admin) await x.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'NODE', ids.get(target.port)!]);
+        // Redis drops the slot's shard subscribers (SUNSUBSCRIBE); the driver subscribes on the new master.
+        await subscribedOn(target, 'the subscription followed the slot to its new master');
+        const started = performance.now();
+        if (first.kind === 'execute') await first.execution.finish(async () => ({ status: 200, headers: [], body: body('moved') }));
+        const got = await Promise.all(waiters);
+        const ms = performance.now() - started;
+        t.diagnostic(`${name}: the waiters answered ${ms.toFixed(0)} ms after the finish on the slot's new master`);
+        assert.deepEqual(
+          got.map((g) => (g.kind === 'replay' ? text(g.response.body) : g.kind)),
+          Array(4).fill('moved'),
+        );
+        // Woken by the message on the new master, not by their deadline read (8 s).
+        assert.ok(ms < 4000, `answered ${ms.toFixed(0)} ms after the finish`);
+      } finally {
+        for (const x of admin) x.a.destroy();
+        await tc.close();
+      }
+    });
+  }
+});
