@@ -12,6 +12,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { InvalidOptionError } from '../src/core/errors.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import type { Queryable, SqlClient } from '../src/postgres/client.js';
+import { IdempotencyEngine } from '../src/engine/engine.js';
 import { CITUS_URL, citusNotice } from './helpers/citus-stores.js';
 import { tableName } from './helpers/engines.js';
 import { claimInput, claimedToken, finishWith, LONG_LEASE_MS, phase } from './helpers/store-contract/shared.js';
@@ -21,11 +22,11 @@ citusNotice();
 describe('Citus mode options', () => {
   const db = new PGlite();
   after(() => db.close());
-  it('rejects partitioned, groupCommit and notify with distributed, and an unknown distributed value', () => {
+  it('rejects partitioned and groupCommit with distributed, and an unknown distributed value; notify sends from the coordinator', () => {
     const client = db as SqlClient;
     assert.throws(() => new PostgresStore({ client, distributed: 'citus', partitioned: true }), InvalidOptionError);
     assert.throws(() => new PostgresStore({ client, distributed: 'citus', groupCommit: true }), InvalidOptionError);
-    assert.throws(() => new PostgresStore({ client, distributed: 'citus', notify: true }), InvalidOptionError);
+    assert.equal(typeof new PostgresStore({ client, distributed: 'citus', notify: true }).subscribe, 'function');
     assert.throws(() => new PostgresStore({ client, distributed: 'yugabyte' as never }), InvalidOptionError);
     assert.equal(new PostgresStore({ client, distributed: 'citus', encryption: undefined }).distributed, 'citus');
     assert.equal(new PostgresStore({ client }).distributed, undefined);
@@ -64,6 +65,30 @@ describe('Citus mode on a cluster', { skip: CITUS_URL ? false : 'CITUS_URL is no
     );
     return rows[0] as { shard: string; node: string; min: string };
   }
+
+  it('wait mode (protocol.md K17): the coordinator notifies, 16 duplicates get the winner response, the handler once', async () => {
+    const { store } = await distributed({ notify: true });
+    const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000 });
+    let runs = 0;
+    let finishedAt = 0;
+    const answers = await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        const begun = await eng.begin({ scope: 'tenant-w', key: 'race', fingerprint: new Uint8Array(32).fill(7) });
+        if (begun.kind === 'execute') {
+          runs++;
+          await new Promise((resolve) => setTimeout(resolve, 300));
+          await begun.execution.finish(async () => ({ status: 201, headers: [], body: new TextEncoder().encode('ok') }));
+          finishedAt = performance.now();
+          return 0;
+        }
+        assert.equal(begun.kind, 'replay');
+        return performance.now();
+      }),
+    );
+    assert.equal(runs, 1);
+    // Without the coordinator's notification they would answer at their wait's end (10 s).
+    for (const at of answers.filter((a) => a > 0)) assert.ok(at - finishedAt < 2000, `a loser answered ${(at - finishedAt).toFixed(0)} ms after the finish`);
+  });
 
   it('distributes the table and its blob table by scope, co-located, once', async () => {
     const { table, store, result } = await distributed();

@@ -190,9 +190,16 @@ for (const [brokerName, open, service] of [
   });
 }
 
+/** A MemoryStore that cannot wake waiters (no `subscribe`), like a store without wait mode. */
+function unwakingStore(): MemoryStore {
+  const store = new MemoryStore();
+  Object.defineProperty(store, 'subscribe', { value: undefined });
+  return store;
+}
+
 describe('the in-progress disposition (any broker; what NATS naks with)', () => {
   it('sends a duplicate back after a short delay that grows by attempt, never past the lease, when the store cannot wake waiters', async () => {
-    const consumer = new IdempotentConsumer({ store: new MemoryStore(), scope: 'orders', leaseMs: 60_000 });
+    const consumer = new IdempotentConsumer({ store: unwakingStore(), scope: 'orders', leaseMs: 60_000 });
     let release!: () => void;
     const running = consumer.consume({ id: 'm-1', body: new TextEncoder().encode('{}') }, () => new Promise<void>((resolve) => (release = resolve)));
     await until(() => release !== undefined, 10_000, 'the first copy running');
@@ -203,11 +210,24 @@ describe('the in-progress disposition (any broker; what NATS naks with)', () => 
     assert.deepEqual(third, { action: 'retry', reason: 'in-progress', delayMs: 400 });
     release();
     assert.deepEqual(await running, { action: 'ack', reason: 'processed' });
-    const short = new IdempotentConsumer({ store: new MemoryStore(), scope: 'orders', leaseMs: 1000, inProgressDelayMs: 5000 });
+    const short = new IdempotentConsumer({ store: unwakingStore(), scope: 'orders', leaseMs: 1000, inProgressDelayMs: 5000 });
     void short.consume({ id: 'm-2', body }, () => new Promise(() => {}));
     await sleep(50);
     const capped = await short.consume({ id: 'm-2', body, attempt: 1 }, async () => assert.fail('a duplicate never runs'));
     assert.equal(capped.action, 'retry');
     assert.ok((capped as { delayMs: number }).delayMs <= 1000, 'never past the lease');
+  });
+
+  it('with a store that wakes waiters (MemoryStore), a duplicate waits for the first copy and is acked as a duplicate (protocol.md K18)', async () => {
+    const consumer = new IdempotentConsumer({ store: new MemoryStore(), scope: 'orders', leaseMs: 60_000 });
+    let release!: () => void;
+    const body = new TextEncoder().encode('{}');
+    const running = consumer.consume({ id: 'm-1', body }, () => new Promise<void>((resolve) => (release = resolve)));
+    await until(() => release !== undefined, 10_000, 'the first copy running');
+    const duplicate = consumer.consume({ id: 'm-1', body, attempt: 1 }, async () => assert.fail('a duplicate never runs'));
+    await sleep(50);
+    release();
+    assert.deepEqual(await running, { action: 'ack', reason: 'processed' });
+    assert.deepEqual(await duplicate, { action: 'ack', reason: 'duplicate' });
   });
 });

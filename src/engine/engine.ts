@@ -43,11 +43,13 @@ export interface EngineOptions<Tx = unknown> {
    * What a duplicate does while its key is in progress (protocol.md K17). `wait`: how long, in
    * ms, it waits for the first request to finish and then replays its result, instead of the
    * 409 at once; a release or takeover during the wait wakes it into the decision again (it
-   * may take over). At most `leaseMs`. Needs a store with `subscribe` (`PostgresStore` with
-   * `notify: true`).
-   * @default { wait: 0 } (no waiting: 409 at once)
+   * may take over). At most `leaseMs`. Needs a store with `subscribe`: `MemoryStore`,
+   * `RedisStore` (Redis 7), `PostgresStore` with `notify: true` (also on PGlite).
+   * `maxWaiters`: how many duplicates of this process may wait at once; past it a duplicate
+   * gets the 409 at once (memory stays bounded).
+   * @default { wait: 0, maxWaiters: 10000 } (no waiting: 409 at once)
    */
-  inProgress?: { wait?: number };
+  inProgress?: { wait?: number; maxWaiters?: number };
   /**
    * Traces and metrics of every request: `await openTelemetry()` from `idem/otel` (spans and
    * metrics named in docs/observability.md), or any {@link IdempotencyTelemetry}.
@@ -78,7 +80,12 @@ export interface BeginInput {
    * `subscribe`), so a caller may ask for it whatever the store (a queue consumer, K18).
    */
   waitMs?: number;
+  /** At most this long, in ms, whatever the wait (e.g. an invocation's remaining time less a margin). */
+  maxWaitMs?: number;
 }
+
+/** Duplicates waiting in this process now, across engines (protocol.md K17: bounded by `inProgress.maxWaiters`). */
+let waitingNow = 0;
 
 /** Outcome of {@link IdempotencyEngine.begin}. */
 export type BeginResult<Tx = unknown> =
@@ -115,6 +122,8 @@ export class IdempotencyEngine<Tx = unknown> {
   readonly maxExecutionMs: number;
   /** How long a duplicate waits for an in-progress key, in ms; 0: not at all (see `EngineOptions.inProgress`). */
   readonly waitMs: number;
+  /** How many duplicates of this process may wait at once (see `EngineOptions.inProgress`). */
+  readonly maxWaiters: number;
   private readonly onEvent: ((event: IdempotencyEvent) => void) | undefined;
   private readonly telemetry: IdempotencyTelemetry | undefined;
   /** The replay cache (see `EngineOptions.replayCache`), or undefined when off. */
@@ -146,6 +155,8 @@ export class IdempotencyEngine<Tx = unknown> {
     if (!(Number.isFinite(this.waitMs) && this.waitMs >= 0 && this.waitMs <= this.leaseMs)) {
       throw new InvalidOptionError('idem: inProgress.wait must be a number of ms from 0 to leaseMs');
     }
+    this.maxWaiters = options.inProgress?.maxWaiters ?? 10_000;
+    if (!(Number.isInteger(this.maxWaiters) && this.maxWaiters >= 0)) throw new InvalidOptionError('idem: inProgress.maxWaiters must be an integer >= 0');
     if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
       throw new InvalidOptionError('idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })');
     }
@@ -191,8 +202,8 @@ export class IdempotencyEngine<Tx = unknown> {
     if (!(input.fingerprint instanceof Uint8Array) || input.fingerprint.length !== 32) {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
-    const waitMs =
-      input.waitMs === undefined ? this.waitMs : typeof this.store.subscribe === 'function' ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
+    let waitMs = input.waitMs === undefined ? this.waitMs : typeof this.store.subscribe === 'function' ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
+    if (input.maxWaitMs !== undefined) waitMs = Math.min(waitMs, Math.max(0, input.maxWaitMs));
     const started = performance.now();
     const cache = this.replayCache;
     if (cache !== undefined) {
@@ -243,15 +254,22 @@ export class IdempotencyEngine<Tx = unknown> {
           }
           case 'in-progress': {
             const leftMs = waitMs - (performance.now() - started);
-            if (leftMs <= 0) {
+            if (leftMs <= 0 || (!changes && waitingNow >= this.maxWaiters)) {
               this.emit('in-progress', scope, key);
               return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
             }
             // Subscribe first, then read again, then wait: a finish between the read and the
             // wait is never missed. The wait also ends when the lease does (a crashed worker
             // sends nothing), so the waiter may take over.
-            if (!changes) changes = await this.store.subscribe!(scope, key);
-            else await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
+            if (!changes) {
+              waitingNow++;
+              try {
+                changes = await this.store.subscribe!(scope, key);
+              } catch (error) {
+                waitingNow--;
+                throw error;
+              }
+            } else await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
             continue;
           }
           case 'take-over': {
@@ -270,7 +288,10 @@ export class IdempotencyEngine<Tx = unknown> {
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     } finally {
-      changes?.close();
+      if (changes) {
+        waitingNow--;
+        changes.close();
+      }
     }
   }
 

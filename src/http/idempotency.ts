@@ -103,7 +103,7 @@ export class HttpIdempotency<Tx = unknown> {
    * @throws {InvalidScopeError} or whatever the `scope` resolver throws (a bug in the app;
    *   nothing was claimed).
    */
-  async prepare(request: HttpRequestInput): Promise<Prepared<Tx>> {
+  async prepare(request: HttpRequestInput, limits?: { maxWaitMs?: number }): Promise<Prepared<Tx>> {
     if (!this.protects(request.method)) return { kind: 'pass' };
     let key: string | undefined;
     try {
@@ -145,7 +145,9 @@ export class HttpIdempotency<Tx = unknown> {
         ...(this.options.fingerprintIgnore ? { ignore: this.options.fingerprintIgnore } : {}),
         ...(this.options.fingerprintProjection ? { project: this.options.fingerprintProjection } : {}),
       });
-      begun = await this.engine.begin({ scope, key, fingerprint: fp });
+      begun = await this.engine.begin(
+        limits?.maxWaitMs === undefined ? { scope, key, fingerprint: fp } : { scope, key, fingerprint: fp, maxWaitMs: limits.maxWaitMs },
+      );
     } catch (error) {
       if (error instanceof StoreUnavailableError) {
         return this.storeUnavailable();

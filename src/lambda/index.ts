@@ -49,6 +49,13 @@ export interface LambdaIdempotencyOptions<Tx = unknown> extends IdempotencyOptio
    * @default 1000
    */
   leaseMarginMs?: number;
+  /**
+   * Wait mode (`inProgress.wait`, protocol.md K17): a duplicate waits at most the invocation's
+   * remaining time less this margin, so it answers (409 when the first has not finished) before
+   * Lambda ends the invocation.
+   * @default 1000
+   */
+  waitMarginMs?: number;
 }
 
 /** A Lambda HTTP handler; `idem` is `undefined` when the request is unprotected. */
@@ -63,9 +70,17 @@ export function invocationLeaseMs(remainingMs: number, marginMs: number): number
   return Math.max(1, Math.ceil(remainingMs)) + marginMs;
 }
 
+/** How long a duplicate may wait in an invocation (protocol.md K17): its remaining time less the margin; no limit without a context. */
+function waitLimits(options: LambdaIdempotencyOptions<unknown>, context: LambdaContextLike | undefined): { maxWaitMs?: number } | undefined {
+  const margin = options.waitMarginMs ?? 1000;
+  if (!(Number.isFinite(margin) && margin >= 0)) throw new InvalidOptionError('idem: waitMarginMs must be a number of milliseconds >= 0');
+  const remaining = typeof context?.getRemainingTimeInMillis === 'function' ? context.getRemainingTimeInMillis() : undefined;
+  return remaining === undefined || !Number.isFinite(remaining) ? undefined : { maxWaitMs: Math.max(0, remaining - margin) };
+}
+
 /** Builds the cores: a fixed one, or one per invocation with the lease from its remaining time. */
 function cores<Tx>(options: LambdaIdempotencyOptions<Tx>): (context: LambdaContextLike | undefined) => HttpIdempotency<Tx> {
-  const { leaseMarginMs = 1000, ...http } = options;
+  const { leaseMarginMs = 1000, waitMarginMs: _waitMargin, ...http } = options;
   if (!(Number.isFinite(leaseMarginMs) && leaseMarginMs >= 0)) throw new InvalidOptionError('idem: leaseMarginMs must be a number of milliseconds >= 0');
   const fixed = new HttpIdempotency<Tx>(http); // validates the options at start-up
   if (http.engine || http.leaseMs !== undefined) return () => fixed;
@@ -93,12 +108,13 @@ export function withIdempotency<Tx = unknown, E extends LambdaHttpEvent = Lambda
 ): (event: E, context: C) => Promise<R> {
   const coreFor = cores(options);
   const keyHeader = options.keyHeader ?? DEFAULT_KEY_HEADER;
+  waitLimits(options as LambdaIdempotencyOptions<unknown>, undefined); // validates the margin at start-up
   return async function idempotentHandler(event, context) {
     if (!isHttpEvent(event)) return handler(event, context, undefined);
     const core = coreFor(context);
     const request = eventRequest(event, keyHeader);
     if (!core.protects(request.method)) return handler(event, context, undefined);
-    const prepared = await core.prepare(request);
+    const prepared = await core.prepare(request, waitLimits(options as LambdaIdempotencyOptions<unknown>, context));
     if (prepared.kind === 'pass') return handler(event, context, undefined);
     if (prepared.kind === 'respond') return (await responseResult(prepared.response, isV2(event))) as R;
     let response: Response;
@@ -146,6 +162,7 @@ export interface MiddyIdempotency {
 export function idempotency<Tx = unknown>(options: LambdaIdempotencyOptions<Tx>): MiddyIdempotency {
   const coreFor = cores(options);
   const keyHeader = options.keyHeader ?? DEFAULT_KEY_HEADER;
+  waitLimits(options as LambdaIdempotencyOptions<unknown>, undefined); // validates the margin at start-up
   const pending = new WeakMap<object, { prepared: Extract<Prepared<Tx>, { kind: 'execute' }>; v2: boolean }>();
   return {
     async before(request) {
@@ -154,7 +171,7 @@ export function idempotency<Tx = unknown>(options: LambdaIdempotencyOptions<Tx>)
       const core = coreFor(request.context);
       const input = eventRequest(parsedBodyAsJson(event), keyHeader);
       if (!core.protects(input.method)) return undefined;
-      const prepared = await core.prepare(input);
+      const prepared = await core.prepare(input, waitLimits(options as LambdaIdempotencyOptions<unknown>, request.context));
       if (prepared.kind === 'pass') return undefined;
       if (prepared.kind === 'respond') return responseResult(prepared.response, isV2(event));
       pending.set(request, { prepared, v2: isV2(event) });

@@ -11,6 +11,7 @@
 import { randomUUID } from 'node:crypto';
 import { KeyState, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START, DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
+import { IN_PROCESS, KeyChangeHub, keyId } from '../store/key-changes.js';
 import type {
   AbandonedKey,
   ClaimInput,
@@ -18,6 +19,7 @@ import type {
   CommitRecord,
   Fenced,
   IdempotencyStore,
+  KeyChanges,
   KeyRecord,
   KeyRef,
   PhaseResults,
@@ -124,6 +126,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
   private readonly entries = new Map<string, Entry>();
   private readonly clock: () => number;
   private lastToken = 0;
+  private readonly hub = new KeyChangeHub(IN_PROCESS);
 
   /** @throws {InvalidOptionError} when `clock` is not a function */
   constructor(options: MemoryStoreOptions = {}) {
@@ -173,6 +176,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     // protocol.md K23: a lease that ran out unreleased was a crashed attempt; it counts.
     if (!entry.released) entry.failedAttempts = (entry.failedAttempts ?? 0) + 1;
     entry.released = false;
+    this.changed(entry);
     return {
       kind: 'taken',
       token: entry.token,
@@ -225,6 +229,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
       entry.response = copyResponse(rec.response);
       entry.lockedUntil = null;
       entry.finishedAt = now;
+      this.changed(entry);
     }
     return { kind: 'ok', value };
   }
@@ -242,6 +247,7 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     // The lease ends now: a retry takes over at once, the completer waits its grace (protocol.md K10).
     entry.lockedUntil = this.clock();
     entry.released = true;
+    this.changed(entry);
     return { kind: 'ok', value: 'released' };
   }
 
@@ -251,10 +257,12 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     // A key with a committed phase is never deleted (its effects exist): it is released.
     if (entry.recoveryPoint === RECOVERY_POINT_START) {
       this.entries.delete(idOf(ref.scope, ref.key));
+      this.changed(entry);
       return { kind: 'ok', value: 'deleted' };
     }
     entry.lockedUntil = this.clock();
     entry.released = true;
+    this.changed(entry);
     return { kind: 'ok', value: 'released' };
   }
 
@@ -316,6 +324,19 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
       }
     }
     return deleted;
+  }
+
+  /**
+   * Wait mode (protocol.md K17): a subscription to one key's finish, release, discard and
+   * takeover in this store, woken in process as each one happens.
+   */
+  subscribe(scope: string, key: string): Promise<KeyChanges> {
+    return this.hub.subscribe(scope, key);
+  }
+
+  /** Wakes the waiters of `entry`'s key (one map lookup when nobody waits). */
+  private changed(entry: Entry): void {
+    if (this.hub.active) this.hub.changed(keyId(entry.scope, entry.key));
   }
 
   /** The number of keys held, past retention or not. */

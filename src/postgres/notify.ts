@@ -7,7 +7,8 @@
  * waiter polls.
  */
 import { createHash } from 'node:crypto';
-import type { KeyChanges } from '../store/types.js';
+import { type ChangeFeed, KeyChangeHub, keyId } from '../store/key-changes.js';
+import type { StoreContext } from './options.js';
 import { isSqlDriver, type PoolClientLike, type PoolLike, type SqlClient, type SqlDriver } from './client.js';
 import type { Statements } from './sql.js';
 import { literal } from './sql/table.js';
@@ -44,11 +45,6 @@ export function channelName(table: string): string {
   return name.length <= 63 ? name : `idem_${createHash('sha256').update(table).digest('hex').slice(0, 40)}`;
 }
 
-/** The payload naming (scope, key): the scope's length in code points, `:`, the scope, the key (unambiguous). */
-export function payloadOf(scope: string, key: string): string {
-  return `${[...scope].length}:${scope}${key}`;
-}
-
 /**
  * The four statements that change what a waiter decides (takeover, finish, release, discard),
  * each wrapped so that the row it changed also sends `pg_notify(channel, payload)` in the same
@@ -60,6 +56,15 @@ export function notifyingStatements(sql: Statements, channel: string): Statement
     `WITH w AS (${statement})
       SELECT w.*, pg_notify(${literal(channel)}, char_length($1::text)::text || ':' || $1::text || $2::text) IS NULL AS notified FROM w`;
   return { ...sql, takeOver: wrap(sql.takeOver), finish: wrap(sql.finish), release: wrap(sql.release), discard: wrap(sql.discard) };
+}
+
+/**
+ * `notify: 'after-commit'` (and Citus): the notification of a change that committed, as a
+ * statement of its own on the store's client (on Citus, the coordinator, where the waiters
+ * listen). A failure is dropped: the change stands, and its waiters read at their deadline.
+ */
+export async function notifyAfterCommit(ctx: StoreContext<unknown>, scope: string, key: string): Promise<void> {
+  await ctx.db.query('SELECT pg_notify($1, $2) IS NULL AS notified', [ctx.channel, keyId(scope, key)]).catch(() => undefined);
 }
 
 /** One LISTEN connection per pool, checked out while some channel has a listener and returned after. */
@@ -164,27 +169,39 @@ export function sourceOf(client: SqlClient | SqlDriver<unknown>): NotificationSo
 }
 
 /**
- * The key subscriptions of one store: one registration on the table's channel while any
- * subscription is open, and the subscriptions by (scope, key).
+ * The change feed of one store (protocol.md K17): one registration on the table's channel while
+ * any key is watched. A lost listening connection wakes every waiter, listens anew at once, and
+ * wakes them again once it listens (a change between the loss and then reaches them by that read).
  */
-export class KeyChangeHub {
+export class TableFeed implements ChangeFeed {
   private readonly source: NotificationSource;
-  private readonly subs = new Map<string, Set<Subscription>>();
   private registration: Promise<Unlisten> | undefined;
-  private open = 0;
-  /** Notifications received so far (see `KeyChanges.seen`). */
-  seen = 0;
+  private watched = 0;
+  /** The key subscriptions, fed by this feed. */
+  readonly hub: KeyChangeHub;
 
   constructor(
     client: SqlClient | SqlDriver<unknown>,
     private readonly channel: string,
+    timeoutMs = 0,
   ) {
     this.source = sourceOf(client);
+    this.hub = new KeyChangeHub(this, timeoutMs);
   }
 
-  /** See `IdempotencyStore.subscribe`. */
-  async subscribe(scope: string, key: string): Promise<KeyChanges> {
-    this.open++;
+  async watch(_id: string): Promise<void> {
+    this.watched++;
+    await this.register();
+  }
+
+  unwatch(_id: string): void {
+    if (--this.watched > 0) return;
+    const registration = this.registration;
+    this.registration = undefined;
+    registration?.then((unlisten) => unlisten()).catch(() => undefined);
+  }
+
+  private register(): Promise<Unlisten> {
     if (!this.registration) {
       const registration = this.source.listen(this.channel, (payload) => this.dispatch(payload));
       this.registration = registration;
@@ -192,90 +209,21 @@ export class KeyChangeHub {
         if (this.registration === registration) this.registration = undefined;
       });
     }
-    try {
-      await this.registration;
-    } catch (error) {
-      this.open--;
-      throw error;
-    }
-    const id = payloadOf(scope, key);
-    const sub = new Subscription(this, () => this.close(id, sub));
-    let set = this.subs.get(id);
-    if (!set) {
-      set = new Set();
-      this.subs.set(id, set);
-    }
-    set.add(sub);
-    return sub;
+    return this.registration;
   }
 
   private dispatch(payload: string | null): void {
-    this.seen++;
-    if (payload === null) {
-      // The listening connection was lost: wake everyone to read again; the next subscribe listens anew.
-      this.registration = undefined;
-      for (const set of this.subs.values()) for (const sub of set) sub.wake();
+    if (payload !== null) {
+      this.hub.changed(payload);
       return;
     }
-    for (const sub of this.subs.get(payload) ?? []) sub.wake();
-  }
-
-  private close(id: string, sub: Subscription): void {
-    const set = this.subs.get(id);
-    if (set?.delete(sub) && set.size === 0) this.subs.delete(id);
-    if (--this.open > 0) return;
-    const registration = this.registration;
     this.registration = undefined;
-    registration?.then((unlisten) => unlisten()).catch(() => undefined);
-  }
-}
-
-/** One waiter's subscription: a latch that a notification sets and `next` consumes. */
-class Subscription implements KeyChanges {
-  private changed = false;
-  private closed = false;
-  private waiter: (() => void) | undefined;
-
-  constructor(
-    private readonly hub: KeyChangeHub,
-    private readonly onClose: () => void,
-  ) {}
-
-  get seen(): number {
-    return this.hub.seen;
-  }
-
-  wake(): void {
-    this.changed = true;
-    this.waiter?.();
-  }
-
-  next(timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    if (this.changed || this.closed || signal?.aborted || !(timeoutMs > 0)) {
-      const changed = this.changed;
-      this.changed = false;
-      return Promise.resolve(changed);
-    }
-    return new Promise<boolean>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', done);
-        this.waiter = undefined;
-        const changed = this.changed;
-        this.changed = false;
-        resolve(changed);
-      };
-      const timer = setTimeout(done, timeoutMs);
-      signal?.addEventListener('abort', done, { once: true });
-      this.waiter = done;
-    });
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.waiter?.();
-    this.onClose();
+    this.hub.lost();
+    if (this.watched > 0)
+      this.register().then(
+        () => this.hub.lost(),
+        () => undefined,
+      );
   }
 }
 

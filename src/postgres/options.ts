@@ -93,9 +93,16 @@ export interface PostgresStoreOptions<Tx = Queryable> {
    * PostgreSQL serialises the commits of notifying transactions on one database-wide lock.
    * On a driver, only when the driver can `listen` (postgres.js can); otherwise the store
    * rejects the option.
+   *
+   * `'after-commit'`: the statements stay as they are, and the store sends
+   * `SELECT pg_notify(…)` on its own client right after a takeover, finish, release or discard
+   * returned (committed). The only way on Citus (`distributed: 'citus'`, where `true` means
+   * this): a key's statement runs on the shard's worker, where no one listens, while this
+   * statement runs on the coordinator the waiters listen on. A process that dies between the
+   * commit and the notification leaves its waiters to their deadline read (protocol.md K17).
    * @default false
    */
-  notify?: boolean;
+  notify?: boolean | 'after-commit';
   /**
    * Group commit (protocol.md K19): claims of different keys arriving within `windowMs` share
    * one multi-row statement and one commit, and so do finishes without local effects whose
@@ -160,8 +167,12 @@ export interface StoreContext<Tx = unknown> {
   readonly cipher: ResponseCipher | undefined;
   /** The LISTEN/NOTIFY channel when `notify` is on, else undefined. */
   readonly channel: string | undefined;
+  /** True when the notification is its own statement after the change (`notify: 'after-commit'`, and Citus). */
+  readonly notifyAfterCommit: boolean;
   /** The client as given (for LISTEN). */
   readonly client: SqlClient | SqlDriver<Tx>;
+  /** `storeTimeoutMs` (protocol.md H17): also bounds a LISTEN becoming active (wait mode). */
+  readonly timeoutMs: number;
   /** Group commit's batchers when `groupCommit` is on, else undefined. */
   readonly group: GroupCommit | undefined;
   /** Citus mode's own statements when `distributed` is 'citus', else undefined. */
@@ -190,7 +201,8 @@ export function storeContext<Tx>(options: PostgresStoreOptions<Tx>): StoreContex
   } catch (error) {
     throw new InvalidOptionError((error as Error).message);
   }
-  if (citusMode(options)) ({ sql, citus: citusSql } = distributedStatements(table, sql));
+  const citus = citusMode(options);
+  if (citus) ({ sql, citus: citusSql } = distributedStatements(table, sql));
   // Partitioned mode drops whole partitions, and a foreign key cannot reference (scope, key)
   // on a partitioned table (its unique keys include created_at), so the default table blob
   // store has nothing to cascade from: bodies stay inline unless an external blob store,
@@ -217,7 +229,8 @@ export function storeContext<Tx>(options: PostgresStoreOptions<Tx>): StoreContex
     psql = partitionedStatements(table);
   }
   const channel = options.notify ? channelName(table) : undefined;
-  if (channel) sql = notifyingStatements(sql, channel);
+  const notifyAfterCommit = channel !== undefined && (citus || options.notify === 'after-commit');
+  if (channel && !notifyAfterCommit) sql = notifyingStatements(sql, channel);
   const group = groupCommit(options, db, sql, timeoutMs, channel === undefined);
   return {
     table,
@@ -230,7 +243,9 @@ export function storeContext<Tx>(options: PostgresStoreOptions<Tx>): StoreContex
     blobs,
     cipher,
     channel,
+    notifyAfterCommit,
     client: options.client,
+    timeoutMs,
     group,
     citus: citusSql,
   };
@@ -238,7 +253,7 @@ export function storeContext<Tx>(options: PostgresStoreOptions<Tx>): StoreContex
 
 /**
  * Whether the store is in Citus mode.
- * @throws {InvalidOptionError} for another value, or with `partitioned`, `groupCommit` or `notify`
+ * @throws {InvalidOptionError} for another value, or with `partitioned` or `groupCommit`
  */
 function citusMode(options: Omit<PostgresStoreOptions<unknown>, 'client'>): boolean {
   if (options.distributed === undefined) return false;
@@ -251,11 +266,6 @@ function citusMode(options: Omit<PostgresStoreOptions<unknown>, 'client'>): bool
   if (options.groupCommit) {
     throw new InvalidOptionError(
       "idem/postgres: distributed does not combine with groupCommit: a batch spans shards, so its one commit becomes a two-phase commit over every shard's node",
-    );
-  }
-  if (options.notify) {
-    throw new InvalidOptionError(
-      "idem/postgres: distributed does not combine with notify: Citus routes a key's statement, its pg_notify included, to the shard's worker, where no listener is; use inProgress: 'reject' or a polling wait",
     );
   }
   return true;

@@ -21,7 +21,7 @@ import { type DashboardData, dashboard, dashboardInspect } from './dashboard.js'
 import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
 import { migrate, tableMode } from './migrate.js';
 import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, storeContext } from './options.js';
-import { KeyChangeHub } from './notify.js';
+import { notifyAfterCommit, TableFeed } from './notify.js';
 import { maintain } from './partitions.js';
 import { readRecord } from './responses.js';
 import { toRecord } from './rows.js';
@@ -69,7 +69,7 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     this.partitioning = this.ctx.partitioning;
     this.distributed = this.ctx.citus ? 'citus' : undefined;
     if (this.ctx.channel) {
-      const hub = new KeyChangeHub(this.ctx.client, this.ctx.channel);
+      const { hub } = new TableFeed(this.ctx.client, this.ctx.channel, this.ctx.timeoutMs);
       this.subscribe = (scope, key) => hub.subscribe(scope, key);
     }
   }
@@ -143,14 +143,30 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     return result;
   }
 
-  takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
-    return takeOver(this.ctx, ref, leaseMs);
+  async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
+    const taken = await takeOver(this.ctx, ref, leaseMs);
+    if (taken.kind === 'taken') await this.notified(ref);
+    return taken;
   }
 
   commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
   commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced>;
-  commit<T>(ref: KeyRef, record: (value: T | undefined) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T> | Fenced> {
-    return effects ? commitWithEffects(this.ctx, ref, record, effects) : commitRecord(this.ctx, ref, record(undefined));
+  async commit<T>(ref: KeyRef, record: (value: T | undefined) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T> | Fenced> {
+    if (!this.ctx.notifyAfterCommit) return effects ? commitWithEffects(this.ctx, ref, record, effects) : commitRecord(this.ctx, ref, record(undefined));
+    let finish = false;
+    const recorded = (value: T | undefined) => {
+      const rec = record(value);
+      finish = rec.kind === 'finish';
+      return rec;
+    };
+    const result = effects ? await commitWithEffects(this.ctx, ref, recorded, effects) : await commitRecord(this.ctx, ref, recorded(undefined));
+    if (finish && result.kind === 'ok') await this.notified(ref);
+    return result;
+  }
+
+  /** `notify: 'after-commit'` (and Citus): tells the waiters of `ref`'s key that it changed (protocol.md K17). */
+  private async notified(ref: KeyRef): Promise<void> {
+    if (this.ctx.notifyAfterCommit) await notifyAfterCommit(this.ctx as StoreContext<unknown>, ref.scope, ref.key);
   }
 
   async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
@@ -165,13 +181,16 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
 
   async release(ref: KeyRef): Promise<Fenced<'released'>> {
     const { rows } = await this.ctx.db.query(this.ctx.sql.release, [ref.scope, ref.key, ref.token]);
-    return rows.length > 0 ? { kind: 'ok', value: 'released' } : { kind: 'fenced' };
+    if (rows.length === 0) return { kind: 'fenced' };
+    await this.notified(ref);
+    return { kind: 'ok', value: 'released' };
   }
 
   async discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>> {
     const { rows } = await this.ctx.db.query(this.ctx.sql.discard, [ref.scope, ref.key, ref.token]);
-    if (rows.length > 0) return { kind: 'ok', value: 'deleted' };
-    return this.release(ref);
+    if (rows.length === 0) return this.release(ref);
+    await this.notified(ref);
+    return { kind: 'ok', value: 'deleted' };
   }
 
   async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {

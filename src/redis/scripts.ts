@@ -23,6 +23,12 @@
  * script), one clock for all app hosts. Scripts are replicated by their effects (Redis ≥ 5),
  * so reading `TIME` before writing is allowed and replicas apply the same values.
  *
+ * Wait mode (protocol.md K17): `changed(h)` sends `SPUBLISH <hash key> 1` from the takeover,
+ * finish, release, discard and adopt scripts, after their write, so the waiters of the key
+ * (src/redis/subscriber.ts) hear of exactly the changes that happened. The channel is the hash's
+ * own name, a shard channel in its slot (on Cluster it stays on the key's shard). `pcall`: on a
+ * Redis without sharded pub/sub (before 7) the write stands and waiters end at their deadline.
+ *
  * Fencing (protocol.md K8): every write after the claim first checks `tok == ARGV[1]` and
  * `st == started`; a mismatch changes nothing and returns `false` (nil), which the store
  * reports as `{ kind: 'fenced' }` or `{ kind: 'lost' }`.
@@ -73,6 +79,9 @@ local function fields(h, with_body, with_request)
     end
   end
   return out
+end
+local function changed(h)
+  redis.pcall('SPUBLISH', h, '1')
 end
 local function fenced(h, token)
   local cur = redis.call('HMGET', h, 'tok', 'st')
@@ -139,6 +148,7 @@ local lu = now + tonumber(ARGV[2])
 if cur[6] == '1' then redis.call('HDEL', h, 'rl') else redis.call('HINCRBY', h, 'na', 1) end
 redis.call('HSET', h, 'tok', token, 'lu', num(lu))
 set_expiry(h, counter, tonumber(cur[4]), tonumber(cur[5]), lu)
+changed(h)
 return {token, fields(h, false, false)}
 `;
 
@@ -175,6 +185,7 @@ if not fenced(h, ARGV[1]) then return false end
 redis.call('HSET', h, 'st', 'done', 'rp', 'finished', 'rs', ARGV[2], 'rh', ARGV[3], 'rb', ARGV[4],
   'lu', '0', 'fa', num(now_ms()))
 if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[5]) end
+changed(h)
 return 1
 `;
 
@@ -209,9 +220,11 @@ if not fenced(h, ARGV[1]) then return false end
 if ARGV[2] == '1' and redis.call('HGET', h, 'rp') == 'start' then
   redis.call('DEL', h)
   if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[3]) end
+  changed(h)
   return 'deleted'
 end
 redis.call('HSET', h, 'lu', num(now_ms()), 'rl', '1')
+changed(h)
 return 'released'
 `;
 
@@ -252,6 +265,7 @@ if not fenced(h, ARGV[1]) then return false end
 if ARGV[2] ~= '' then redis.call('HSET', h, 'fp', ARGV[2]) end
 redis.call('HSET', h, 'cid', ARGV[3], 'rp', ARGV[4], 'lu', num(now_ms()))
 for i = 5, #ARGV - 1, 2 do redis.call('HSET', h, 'p:' .. ARGV[i], ARGV[i + 1]) end
+changed(h)
 return 1
 `;
 

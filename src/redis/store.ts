@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { KeyState } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
+import { KeyChangeHub } from '../store/key-changes.js';
 import { encodeSnapshot } from '../store/records.js';
 import type {
   AbandonedKey,
@@ -17,6 +18,7 @@ import type {
   CommitRecord,
   Fenced,
   IdempotencyStore,
+  KeyChanges,
   KeyRecord,
   KeyRef,
   RequestSnapshot,
@@ -29,6 +31,7 @@ import { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } fr
 import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { LedgerState, PhaseLedger } from './pg-phases.js';
+import { ShardChannelFeed } from './subscriber.js';
 
 export { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
 
@@ -72,6 +75,9 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly durability: Required<DurabilityOptions> | undefined;
   private readonly ledger: PhaseLedger<Tx> | undefined;
   private readonly replayFastPath: boolean;
+  private readonly client: RedisStoreOptions<Tx>['client'];
+  private readonly timeoutMs: number;
+  private hub: KeyChangeHub | undefined;
 
   /**
    * @throws {InvalidOptionError} no usable client, a node-redis client that never reconnects
@@ -96,12 +102,29 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     this.index = indexKey(this.prefix);
     this.ledger = options.phases;
     this.replayFastPath = options.replayFastPath ?? true;
+    this.client = options.client;
+    this.timeoutMs = timeoutMs;
     if (options.durability) {
       const { replicas, timeoutMs = 1000 } = options.durability;
       if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidOptionError('idem/redis: durability.replicas must be an integer >= 1');
       if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidOptionError('idem/redis: durability.timeoutMs must be an integer >= 1');
       this.durability = { replicas, timeoutMs };
     }
+  }
+
+  /**
+   * Wait mode (protocol.md K17): a subscription to one key's finish, release, discard and
+   * takeover, woken by the sharded pub/sub message its script sends (Redis 7). The first call
+   * opens the subscriber (one connection per client, per shard on Cluster, src/redis/subscriber.ts);
+   * a store whose engine never waits opens nothing. Subscribing waits at most `storeTimeoutMs`.
+   */
+  subscribe(scope: string, key: string): Promise<KeyChanges> {
+    if (!this.hub) {
+      const feed = new ShardChannelFeed(this.client, (s, k) => hashKey(this.prefix, s, k));
+      this.hub = new KeyChangeHub(feed, this.timeoutMs);
+      feed.hub = this.hub;
+    }
+    return this.hub.subscribe(scope, key);
   }
 
   /** KEYS of a script: hash, token counter, and the index on a single Redis. */

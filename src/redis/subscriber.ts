@@ -1,0 +1,162 @@
+/**
+ * Wait mode on Redis (protocol.md K17): the takeover, finish, release, discard and adopt
+ * scripts send `SPUBLISH <hash key> 1` themselves, in the script that changes the key, so the
+ * message leaves exactly when the change is applied (never for a fenced write). The channel is
+ * the key's own hash name: a shard channel in the key's slot, so on Cluster the message stays
+ * on the key's shard. This file is the subscribing side: one subscriber connection per client
+ * (per shard on Cluster), opened at the first wait, with one `SSUBSCRIBE` per key waited for
+ * (shared by every waiter of that key in this process), never one connection per waiter.
+ *
+ * After the subscriber reconnects (the driver resubscribes), every waiter is woken to read the
+ * key again: a change sent while it was away reaches them by that read. A loss the driver does
+ * not report (a Cluster shard's subscriber) is covered by the waiter's own deadline read.
+ */
+import type { ChangeFeed, KeyChangeHub } from '../store/key-changes.js';
+import type { RedisClientLike } from './client.js';
+
+/** node-redis client (`duplicate()` opens the subscriber connection). */
+interface NodeRedisSubscriberLike {
+  connect(): Promise<unknown>;
+  sSubscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
+  sUnsubscribe(channel: string, listener?: (message: string, channel: string) => void): Promise<unknown>;
+  destroy(): void;
+  on(event: string, fn: (...args: unknown[]) => void): unknown;
+}
+
+/** ioredis `Redis` or `Cluster` as the subscriber (`duplicate()`). */
+interface IoRedisSubscriberLike {
+  ssubscribe(channel: string): Promise<unknown>;
+  sunsubscribe(channel: string): Promise<unknown>;
+  ping?(): Promise<unknown>;
+  disconnect(): void;
+  on(event: string, fn: (...args: unknown[]) => void): unknown;
+}
+
+/** A subscriber connection (or a Cluster's per-shard set of them) for shard channels. */
+interface ShardSubscriber {
+  subscribe(channel: string): Promise<unknown>;
+  unsubscribe(channel: string): Promise<unknown>;
+  /** Closes the connection(s) opened for it (none for a node-redis cluster's own). */
+  close(): void;
+}
+
+/**
+ * Opens the subscriber of `client`: a node-redis client's or an ioredis client's duplicate; a
+ * node-redis cluster's own sharded subscribers (one per shard, kept across slot moves); an
+ * ioredis Cluster's duplicate with `shardedSubscribers`. `onMessage` gets the channel;
+ * `onResubscribed` runs after the subscriber reconnected and subscribed again.
+ */
+function openSubscriber(client: RedisClientLike, onMessage: (channel: string) => void, onResubscribed: () => void): ShardSubscriber {
+  const c = client as unknown as Record<string, unknown>;
+  const listener = (_message: string, channel: string) => onMessage(channel);
+  if (typeof c.call === 'function') {
+    const cluster = (client as { isCluster?: boolean }).isCluster === true;
+    const dup = c.duplicate as (...args: unknown[]) => IoRedisSubscriberLike;
+    const sub = cluster ? dup.call(client, undefined, { shardedSubscribers: true }) : dup.call(client);
+    sub.on('smessage', (channel) => onMessage(String(channel)));
+    sub.on('error', () => undefined); // the driver reconnects; a wait meanwhile ends at its deadline
+    let readies = 0;
+    sub.on('ready', () => {
+      // The resubscriptions are sent after 'ready'; a PING's reply comes after theirs.
+      if (readies++ > 0) (sub.ping ? sub.ping() : Promise.resolve()).then(onResubscribed, onResubscribed);
+    });
+    return { subscribe: (channel) => sub.ssubscribe(channel), unsubscribe: (channel) => sub.sunsubscribe(channel), close: () => sub.disconnect() };
+  }
+  if ('masters' in c) {
+    // A node-redis cluster keeps one pub/sub connection per shard and moves subscriptions with their slot.
+    const cl = client as unknown as Pick<NodeRedisSubscriberLike, 'sSubscribe' | 'sUnsubscribe'>;
+    return { subscribe: (channel) => cl.sSubscribe(channel, listener), unsubscribe: (channel) => cl.sUnsubscribe(channel, listener), close: () => undefined };
+  }
+  const sub = (c.duplicate as () => NodeRedisSubscriberLike).call(client);
+  sub.on('error', () => undefined);
+  let readies = 0;
+  // node-redis resubscribes before it reports 'ready'.
+  sub.on('ready', () => {
+    if (readies++ > 0) onResubscribed();
+  });
+  const connected = sub.connect();
+  connected.catch(() => undefined);
+  return {
+    subscribe: async (channel) => {
+      await connected;
+      return sub.sSubscribe(channel, listener);
+    },
+    unsubscribe: async (channel) => {
+      await connected;
+      return sub.sUnsubscribe(channel, listener);
+    },
+    close: () => {
+      connected.then(
+        () => sub.destroy(),
+        () => undefined,
+      );
+    },
+  };
+}
+
+/** How long an idle subscriber stays open for the next wait, in ms (it then closes, so an idle process holds no extra connection). */
+const IDLE_CLOSE_MS = 1000;
+
+/** The change feed of a `RedisStore`: shard channels named by each key's hash, opened at the first wait. */
+export class ShardChannelFeed implements ChangeFeed {
+  private subscriber: ShardSubscriber | undefined;
+  private idle: ReturnType<typeof setTimeout> | undefined;
+  /** Key ids by channel, while watched. */
+  private readonly ids = new Map<string, string>();
+  private readonly channels = new Map<string, string>();
+  /** The last (un)subscribe sent per channel, so a watch follows the unwatch before it. */
+  private readonly pending = new Map<string, Promise<unknown>>();
+  hub: KeyChangeHub | undefined;
+
+  constructor(
+    private readonly client: RedisClientLike,
+    private readonly channelOf: (scope: string, key: string) => string,
+  ) {}
+
+  watch(id: string, scope: string, key: string): Promise<void> {
+    const channel = this.channelOf(scope, key);
+    clearTimeout(this.idle);
+    this.ids.set(channel, id);
+    this.channels.set(id, channel);
+    return this.serially(channel, () => this.connection().subscribe(channel)).then(() => undefined);
+  }
+
+  unwatch(id: string): void {
+    const channel = this.channels.get(id);
+    if (channel === undefined) return;
+    this.channels.delete(id);
+    this.ids.delete(channel);
+    this.serially(channel, () => this.connection().unsubscribe(channel)).catch(() => undefined);
+    if (this.ids.size > 0) return;
+    clearTimeout(this.idle);
+    this.idle = setTimeout(() => {
+      if (this.ids.size > 0) return;
+      this.subscriber?.close();
+      this.subscriber = undefined;
+    }, IDLE_CLOSE_MS);
+    this.idle.unref?.();
+  }
+
+  private connection(): ShardSubscriber {
+    this.subscriber ??= openSubscriber(
+      this.client,
+      (channel) => {
+        const id = this.ids.get(channel);
+        if (id !== undefined) this.hub?.changed(id);
+      },
+      () => this.hub?.lost(),
+    );
+    return this.subscriber;
+  }
+
+  private serially(channel: string, fn: () => Promise<unknown>): Promise<unknown> {
+    const before = this.pending.get(channel) ?? Promise.resolve();
+    const run = before.then(fn, fn);
+    const settled = run.catch(() => undefined);
+    this.pending.set(channel, settled);
+    settled.then(() => {
+      if (this.pending.get(channel) === settled) this.pending.delete(channel);
+    });
+    return run;
+  }
+}
