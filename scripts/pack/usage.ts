@@ -46,6 +46,7 @@ import { MemoryStore, type MemoryTx } from 'idem/memory';
 import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { openTelemetry } from 'idem/otel';
+import { forgetKey, releaseKey, type OperatorOutcome } from 'idem/operator';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
@@ -78,6 +79,8 @@ const state: KeyState = KeyState.Done;
 const kind: ProblemKind = ProblemKind.InProgress;
 const error: IdempotencyError | undefined = undefined;
 console.log(deriveKey('s', 'k', 'claim', 'psp'), completer, handled, state, kind, error);
+const released: OperatorOutcome = await releaseKey(store, 'jobs', 'job-1', { by: 'ops', force: false });
+console.log(released.message, (await forgetKey(store, 'jobs', 'job-1')).done);
 
 // Building blocks, off the root.
 console.log(decide, mediaType('application/json'), parseIdempotencyKey('"k"'), captureResponse, replayResponse, credentialScope(new Headers()));
