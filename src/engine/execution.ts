@@ -75,7 +75,7 @@ export class Execution<Tx = unknown> {
    * When the key's retention ends (its claim's `created_at` + the engine's `retentionMs`), set
    * by the engine on a claim (from the store's retention left, else this process's clock) and
    * a takeover (from the row read); `undefined` when unknown (a completer's takeover). The HTTP
-   * core's expiry header (protocol.md H26) sends it.
+   * core's expiry header (protocol.md H40) sends it.
    */
   retentionEndsAt: Date | undefined;
 

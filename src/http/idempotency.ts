@@ -12,7 +12,7 @@ import { credentialScope } from './scope.js';
 import { isTransientFailure } from './attempts.js';
 import type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
-/** The expiry header's default name (protocol.md H26). */
+/** The expiry header's default name (protocol.md H40). */
 export const EXPIRES_HEADER = 'Idempotency-Key-Expires';
 
 /** An instant as an HTTP-date (IMF-fixdate, RFC 9110 §5.6.7), whole seconds. */
@@ -58,7 +58,7 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly releaseStatuses: Set<number>;
   private readonly maxAttempts: number;
   private readonly problems: ProblemFormat;
-  /** The expiry header's name (protocol.md H26), or undefined when off. */
+  /** The expiry header's name (protocol.md H40), or undefined when off. */
   private readonly expiresHeader: string | undefined;
 
   /** @throws {InvalidOptionError} for missing store/engine or bad options (at start-up, never per request). */
@@ -340,7 +340,7 @@ export class HttpIdempotency<Tx = unknown> {
     }
   }
 
-  /** `response` with the expiry header when it is on and the retention end is known (protocol.md H26). */
+  /** `response` with the expiry header when it is on and the retention end is known (protocol.md H40). */
   private withExpiry(response: Response, execution: Execution<Tx>): Response {
     if (!this.expiresHeader || !execution.retentionEndsAt) return response;
     response.headers.set(this.expiresHeader, httpDate(execution.retentionEndsAt.getTime()));

@@ -70,7 +70,7 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
   /** Response headers stored and replayed; Set-Cookie, Authorization and the like are never stored. */
   replayHeaders?: string[];
   /**
-   * The expiry signal (protocol.md H26): the first response of a key and every replay carry
+   * The expiry signal (protocol.md H40): the first response of a key and every replay carry
    * the end of the key's retention as an HTTP-date, so a client knows until when a retry with
    * this key is answered from its record. `true`: `Idempotency-Key-Expires`; a string: that
    * header name. Computed when sent, never stored. Off by default (the header is not in the

@@ -1,5 +1,5 @@
 /**
- * Adapter contract, part: the expiry signal (protocol.md H26). With `expiresHeader`, the first
+ * Adapter contract, part: the expiry signal (protocol.md H40). With `expiresHeader`, the first
  * response of a key and every replay carry the end of its retention as an HTTP-date; off by
  * default; never on a response that kept nothing (a rejection, a 409 in progress).
  * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
@@ -22,7 +22,7 @@ function expiry(res: Response): number {
 /** Registers this part of the adapter contract. */
 export function expirySuite(c: SuiteContext): void {
   const { setup } = c;
-  describe('expiry signal (H26)', () => {
+  describe('expiry signal (H40)', () => {
     it('with expiresHeader, the first response and every replay say when the key’s retention ends', async () => {
       const { send, counter } = await setup(() => jsonReply(201, { id: 'ch_1' }), { expiresHeader: true, retentionMs: RETENTION_MS });
       const before = Date.now();
