@@ -312,7 +312,7 @@ export class HttpIdempotency<Tx = unknown> {
 
   private async complete(context: IdempotencyContext<Tx>, response: Response): Promise<Response> {
     const execution = context.execution;
-    if (execution.status === 'done') return response; // the handler stored it via respond()
+    if (execution.status === 'done') return this.withExpiry(response, execution); // the handler stored it via respond()
     if (execution.status === 'lost') return this.leaseLost();
     if (execution.status === 'released') return response;
     if (!execution.workStarted && (context.rejected || this.discardStatuses.has(response.status) || this.releaseStatuses.has(response.status))) {
@@ -343,8 +343,16 @@ export class HttpIdempotency<Tx = unknown> {
   /** `response` with the expiry header when it is on and the retention end is known (protocol.md H40). */
   private withExpiry(response: Response, execution: Execution<Tx>): Response {
     if (!this.expiresHeader || !execution.retentionEndsAt) return response;
-    response.headers.set(this.expiresHeader, httpDate(execution.retentionEndsAt.getTime()));
-    return response;
+    const value = httpDate(execution.retentionEndsAt.getTime());
+    try {
+      response.headers.set(this.expiresHeader, value);
+      return response;
+    } catch {
+      // Immutable headers (a fetched or framework-made Response): the same response, one header more.
+      const headers = new Headers(response.headers);
+      headers.set(this.expiresHeader, value);
+      return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+    }
   }
 
   private async fail(context: IdempotencyContext<Tx>, error: unknown): Promise<Response> {

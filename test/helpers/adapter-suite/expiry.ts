@@ -39,6 +39,21 @@ export function expirySuite(c: SuiteContext): void {
       assert.equal(counter.H, 1);
     });
 
+    it('a response stored with ctx.respond carries it too', async () => {
+      const { send } = await setup(
+        async (_req, ctx) => ctx!.respond(async () => new Response('{"ok":true}', { status: 201, headers: { 'content-type': 'application/json' } })),
+        {
+          expiresHeader: true,
+        },
+      );
+      const first = await send('/v1/payments', { key: 'exp-respond', json: {} });
+      assert.equal(first.status, 201);
+      await first.arrayBuffer();
+      const replay = await send('/v1/payments', { key: 'exp-respond', json: {} });
+      await replay.arrayBuffer();
+      assert.ok(Math.abs(expiry(first) - expiry(replay)) <= 2000);
+    });
+
     it('a custom name; nothing on a rejection that kept nothing or on a 409 in progress; nothing by default', async () => {
       let release!: () => void;
       const held = new Promise<void>((resolve) => (release = resolve));
