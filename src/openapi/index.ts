@@ -154,7 +154,7 @@ export function idempotencyComponents(options: OpenApiOptions = {}): Json {
 /**
  * A copy of `document` with idem's components merged in (existing components of the same name
  * are kept) and, on every included operation, the key parameter, the replay (and expiry)
- * headers on each answer that may be a stored one (any status but idem's own problems), and a
+ * headers on each answer the operation describes (any of them may be stored, H9), and a
  * `$ref` to idem's problem response for each status the operation does not answer already.
  */
 export function withIdempotency<T extends object>(document: T, options: OpenApiOptions = {}): T {
@@ -179,8 +179,9 @@ export function withIdempotency<T extends object>(document: T, options: OpenApiO
       const key = { $ref: `#/components/parameters/${p}IdempotencyKey` };
       operation.parameters = [...(operation.parameters ?? []).filter((x: Json) => x.$ref !== key.$ref), key];
       operation.responses ??= {};
-      for (const [status, response] of Object.entries(operation.responses as Json)) {
-        if (statuses.has(status) || typeof response !== 'object' || response === null || '$ref' in response) continue;
+      for (const response of Object.values(operation.responses as Json)) {
+        // Any answer the operation describes may be stored and replayed (protocol.md H9); idem's own problems are $refs.
+        if (typeof response !== 'object' || response === null || '$ref' in response) continue;
         response.headers = { ...stored, ...(response.headers ?? {}) };
       }
       for (const status of statuses) operation.responses[status] ??= { $ref: `#/components/responses/${p}Problem${status}` };
