@@ -6,11 +6,10 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { fullMatrixOnly } from './helpers/services.js';
@@ -18,33 +17,10 @@ import { tableName } from './helpers/engines.js';
 import type { Queryable } from '../src/postgres/client.js';
 import { HttpIdempotency } from '../src/http/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
+import { idem, ROOT, type Result } from './helpers/cli.js';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI = join(ROOT, 'src/cli/main.ts');
 /** The machine may be busy: a PGlite data directory's first start alone can take half a minute. */
 const TIMEOUT_MS = 900_000;
-
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `idem ...args` with DATABASE_URL and IDEM_DATA_DIR taken only from `env`. */
-function idem(args: string[], env: Record<string, string> = {}): Promise<Result> {
-  const base = { ...process.env };
-  delete base.DATABASE_URL;
-  delete base.IDEM_DATA_DIR;
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { cwd: ROOT, env: { ...base, ...env } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 /** One line on stderr starting with `error:`, a non-zero exit, nothing on stdout. */
 function assertOneLineError(r: Result, pattern: RegExp) {

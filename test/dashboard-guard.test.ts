@@ -48,10 +48,16 @@ describe('idem dashboard guards', () => {
   const table = `dash_guard_${process.pid}`;
   /** The row as the release would change it. */
   const row = async (key: string) =>
-    (await db.query(`SELECT state, recovery_point, lock_version::text AS token, locked_until, failed_attempts FROM ${table} WHERE key = $1`, [key]))
-      .rows[0] as {
+    (
+      await db.query(`SELECT state, recovery_point, lock_version::text AS token, locked_until, failed_attempts, operator_note FROM ${table} WHERE key = $1`, [
+        key,
+      ])
+    ).rows[0] as {
+      state: string;
+      recovery_point: string;
       token: string;
       locked_until: Date | null;
+      operator_note: string | null;
     };
   let stuckToken = '';
 
@@ -220,7 +226,7 @@ describe('idem dashboard guards', () => {
     });
   });
 
-  test('with the token and its own Origin, release ends a stuck key’s lease now, fenced by its token; a live lease, a stale token and a finished key are refused', async () => {
+  test('with the token and its own Origin, release ends a stuck key’s lease now under a new token, recorded on the row; a live lease, a stale token and a finished key are refused', async () => {
     await withDashboard({ token: TOKEN }, async (_dash, base, origin) => {
       const headers = { origin, authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
       const post = (body: object) => request(base, '/api/release', { method: 'POST', headers, body: JSON.stringify(body) });
@@ -240,11 +246,48 @@ describe('idem dashboard guards', () => {
       const before = await row('stuck');
       const answer = await request(base, '/api/release', { method: 'POST', headers, body: release() });
       assert.equal(answer.status, 200, answer.body);
-      assert.deepEqual(JSON.parse(answer.body), { released: true, scope: 'tenant:acme', key: 'stuck', token: stuckToken });
+      const body = JSON.parse(answer.body);
+      const { newToken: _n, message, ...rest } = body;
+      assert.deepEqual(rest, { done: true, action: 'release', scope: 'tenant:acme', key: 'stuck', token: stuckToken });
+      assert.match(message, /^released: the lease ended now/);
       const after = await row('stuck');
-      assert.equal(after.token, before.token, 'the same token: a release hands out none');
+      assert.equal(after.token, body.newToken);
+      assert.ok(Number(after.token) > Number(before.token), 'a new token: whoever held the old one is fenced');
       assert.ok(after.locked_until! > before.locked_until!, 'the lease end moved to now');
-      assert.deepEqual({ ...after, locked_until: null }, { ...before, locked_until: null }, 'nothing else changed');
+      assert.deepEqual(
+        { ...after, locked_until: null, token: null, operator_note: null },
+        { ...before, locked_until: null, token: null, operator_note: null },
+        'nothing else changed',
+      );
+      assert.deepEqual(
+        { ...JSON.parse(after.operator_note!), at: undefined },
+        { action: 'release', at: undefined, token: Number(stuckToken), by: 'dashboard' },
+      );
+    });
+  });
+
+  test('forget: without the token it is refused and the finished key unchanged; with it a started key is refused and a finished key forgotten', async () => {
+    await withDashboard({ token: TOKEN }, async (_dash, base, origin) => {
+      const json = { origin, 'content-type': 'application/json' };
+      const done = await row('done');
+      const forget = (key: string, token: string, extra: Record<string, string> = {}) =>
+        request(base, '/api/forget', { method: 'POST', headers: { ...json, ...extra }, body: JSON.stringify({ scope: 'tenant:acme', key, token }) });
+      assert.equal((await forget('done', done.token)).status, 401, 'no token');
+      assert.equal((await forget('done', done.token, { authorization: 'Bearer nope' })).status, 401, 'a wrong token');
+      assert.deepEqual(await row('done'), done, 'unchanged');
+      const auth = { authorization: `Bearer ${TOKEN}` };
+      const live = await row('live');
+      const started = await forget('live', live.token, auth);
+      assert.equal(started.status, 409);
+      assert.match(JSON.parse(started.body).error, /the key is started .*only a finished key is forgotten/);
+      assert.deepEqual(await row('live'), live);
+      const answer = await forget('done', done.token, auth);
+      assert.equal(answer.status, 200, answer.body);
+      assert.match(JSON.parse(answer.body).message, /^forgotten: the stored response \(status 201\) is dropped/);
+      const after = await row('done');
+      assert.equal(after.state, 'started');
+      assert.equal(after.recovery_point, 'start');
+      assert.equal(JSON.parse(after.operator_note!).action, 'forget');
     });
   });
 });

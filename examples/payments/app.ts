@@ -19,6 +19,7 @@ import type { IdempotencyStore } from 'idem';
 import type { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
 import { parseChargeRequest } from './validate.js';
+import { paymentsOpenApi } from './openapi.js';
 
 export interface PaymentsAppOptions {
   /** The database (pg.Pool or PGlite); holds idem's table, the charges and the fake PSP. */
@@ -133,6 +134,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
     retentionMs: options.retentionMs,
     scope: (req) => tenantOf(req.headers)!,
     problems: FORMAT,
+    // Each first answer and replay says when its key's record ends (protocol.md H40).
+    expiresHeader: true,
     storeRequests: options.completer ?? false,
     ...(options.onEvent ? { onEvent: options.onEvent } : {}),
     ...(options.telemetry ? { telemetry: options.telemetry } : {}),
@@ -229,6 +232,8 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
     }
   });
   app.get(DOCS_URL, (c) => c.json({ problems: PROBLEM_DOCS }));
+  // The API's contract, idem's included (openapi.ts).
+  app.get('/openapi.json', (c) => c.json(paymentsOpenApi));
 
   // Tenant = the API key (`Authorization: Bearer <key>`). Only its hash is kept anywhere.
   // Authentication runs before idem, so a 401 leaves no trace (protocol.md H3).

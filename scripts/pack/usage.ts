@@ -46,6 +46,8 @@ import { MemoryStore, type MemoryTx } from 'idem/memory';
 import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { openTelemetry } from 'idem/otel';
+import { forgetKey, releaseKey, type OperatorOutcome } from 'idem/operator';
+import { idempotencyComponents, withIdempotency } from 'idem/openapi';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
@@ -78,6 +80,9 @@ const state: KeyState = KeyState.Done;
 const kind: ProblemKind = ProblemKind.InProgress;
 const error: IdempotencyError | undefined = undefined;
 console.log(deriveKey('s', 'k', 'claim', 'psp'), completer, handled, state, kind, error);
+const released: OperatorOutcome = await releaseKey(store, 'jobs', 'job-1', { by: 'ops', force: false });
+console.log(released.message, (await forgetKey(store, 'jobs', 'job-1')).done);
+console.log(withIdempotency({ openapi: '3.1.0', paths: {} }, { required: true }), Object.keys(idempotencyComponents()));
 
 // Building blocks, off the root.
 console.log(decide, mediaType('application/json'), parseIdempotencyKey('"k"'), captureResponse, replayResponse, credentialScope(new Headers()));

@@ -1,39 +1,62 @@
 /**
  * The dashboard's actions, run only after `dashboard.ts` checked the POST's Host, Origin and
- * token. One so far: `release` of a stuck key (protocol.md K21).
+ * token: `release` of a stuck key and `forget` of a finished one (protocol.md K21, K40-K42),
+ * through `idem/operator`, fenced by the token the operator saw, recorded on the row as done
+ * `by: 'dashboard'` and reported to the telemetry.
  */
+import type { IdempotencyTelemetry } from '../engine/telemetry.js';
+import { forgetKey, type OperatorOptions, type OperatorRefusal, releaseKey } from '../operator/index.js';
 import type { PostgresStore } from '../postgres/index.js';
+
+/** The actions the dashboard offers, by their path `/api/<action>`. */
+export const DASHBOARD_ACTIONS = ['release', 'forget'] as const;
+export type DashboardAction = (typeof DASHBOARD_ACTIONS)[number];
 
 /** An action's answer: HTTP status and JSON body. */
 export interface ActionOutcome {
   status: number;
-  body: { released: true; scope: string; key: string; token: string } | { error: string };
+  body: { done: true; action: DashboardAction; scope: string; key: string; token: string; newToken: string; message: string } | { error: string };
 }
 
+/** The HTTP status of a refusal: an absent key 404, a store without actions 501, else a conflict. */
+const REFUSAL_STATUS: Record<OperatorRefusal, number> = {
+  absent: 404,
+  unsupported: 501,
+  finished: 409,
+  started: 409,
+  'live-lease': 409,
+  'token-changed': 409,
+  changed: 409,
+};
+
 /**
- * `POST /api/release` with `{ scope, key, token }`: ends the lease of a started key whose lease
- * has already ended, fenced by the token the operator saw (protocol.md K21). The key keeps its
- * recovery point; its lease-end time becomes now. Refuses (409, nothing changed) a finished
- * key, a live lease, and a token that is no longer the key's.
+ * `POST /api/release` or `/api/forget` with `{ scope, key, token, reason? }`: releases a started
+ * key whose lease has already ended (the dashboard never forces), or forgets a finished key,
+ * only while the key's token is still `token`. Refuses (4xx, nothing changed) with the reason.
  */
-export async function releaseAction(store: PostgresStore, text: string, retentionMs: number): Promise<ActionOutcome> {
-  let input: { scope?: unknown; key?: unknown; token?: unknown };
+export async function operatorAction(
+  action: DashboardAction,
+  store: PostgresStore,
+  text: string,
+  retentionMs: number,
+  telemetry?: IdempotencyTelemetry,
+): Promise<ActionOutcome> {
+  let input: { scope?: unknown; key?: unknown; token?: unknown; reason?: unknown };
   try {
     input = JSON.parse(text) as typeof input;
   } catch {
     return { status: 400, body: { error: 'the body is not JSON' } };
   }
-  const { scope, key, token } = input ?? {};
+  const { scope, key, token, reason } = input ?? {};
   if (typeof scope !== 'string' || typeof key !== 'string' || !scope || !key) return { status: 400, body: { error: 'scope and key (strings) are required' } };
   if (typeof token !== 'string' || !/^\d{1,15}$/.test(token)) return { status: 400, body: { error: 'token: the fencing token shown, as decimal text' } };
-  const found = await store.inspect(scope, key, retentionMs);
-  if (!found) return { status: 404, body: { error: 'no such key' } };
-  if (found.state !== 'started') return { status: 409, body: { error: `the key is ${found.state}: nothing to release` } };
-  if (found.token !== token) return { status: 409, body: { error: `the token is ${found.token} now, not ${token}: another worker took the key over; reload` } };
-  if (!found.leaseExpired)
-    return { status: 409, body: { error: `a worker holds the lease for ${Math.ceil(found.leaseRemainingMs / 1000)} s more: not released` } };
-  // Fenced by the token (protocol.md K8): a takeover since the read makes this a no-op.
-  const released = await store.release({ scope, key, token: Number(token) });
-  if (released.kind === 'fenced') return { status: 409, body: { error: 'the key changed since it was read (taken over or finished): not released' } };
-  return { status: 200, body: { released: true, scope, key, token } };
+  const options: OperatorOptions = { token: Number(token), retentionMs, by: 'dashboard' };
+  if (typeof reason === 'string' && reason) options.reason = reason;
+  if (telemetry) options.telemetry = telemetry;
+  const outcome = await (action === 'release' ? releaseKey : forgetKey)(store, scope, key, options);
+  if (!outcome.done) return { status: REFUSAL_STATUS[outcome.refusal], body: { error: outcome.message } };
+  return {
+    status: 200,
+    body: { done: true, action, scope, key, token: String(outcome.token), newToken: String(outcome.newToken), message: outcome.message },
+  };
 }

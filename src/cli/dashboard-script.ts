@@ -77,7 +77,7 @@ async function refresh() {
   }
   actionsEnabled = body.actions === true;
   document.getElementById('auth').textContent = actionsEnabled ? 'actions on (token)' : 'read-only';
-  document.getElementById('actions').textContent = actionsEnabled ? '' : 'Actions (release a stuck key) are disabled: start idem dashboard with --token <secret> (or IDEM_DASHBOARD_TOKEN) and open the URL it prints.';
+  document.getElementById('actions').textContent = actionsEnabled ? '' : 'Actions (release a stuck key, forget a finished one) are disabled: start idem dashboard with --token <secret> (or IDEM_DASHBOARD_TOKEN) and open the URL it prints.';
   document.getElementById('table').textContent = body.table + ' (' + body.mode + ')';
   document.getElementById('updated').textContent = 'updated ' + when(new Date());
   const s = body.stats, cards = document.getElementById('cards'); cards.replaceChildren();
@@ -112,15 +112,18 @@ function why(body, out) {
     box.append(el('h3', body.problemType ? 'Finished with a problem: ' + problem(body.problemType) : 'Finished: replayed to every retry'));
   }
   box.append(el('p', 'Everything about it:')); cmd('idem inspect ' + quote(body.scope) + ' ' + quote(body.key));
-  if (stuck && actionsEnabled) {
-    const b = el('button', 'Release (lease ends now, fenced by token ' + body.token + ')', 'act'); b.id = 'release';
+  if (body.operatorNote) { box.append(el('p', 'Last operator action:')); cmd(body.operatorNote); }
+  const act = (action, label) => {
+    const b = el('button', label + ' (fenced by token ' + body.token + ')', 'act'); b.id = action;
     b.onclick = async () => {
-      const r = await api('/api/release', { method: 'POST', headers: Object.assign({ 'content-type': 'application/json' }, auth()), body: JSON.stringify({ scope: body.scope, key: body.key, token: body.token }) });
-      const note = el('p', r.status === 200 ? 'released' : 'refused: ' + (r.body.error || r.status)); note.id = 'released'; box.append(note);
+      const r = await api('/api/' + action, { method: 'POST', headers: Object.assign({ 'content-type': 'application/json' }, auth()), body: JSON.stringify({ scope: body.scope, key: body.key, token: body.token }) });
+      const note = el('p', r.status === 200 ? r.body.message : 'refused: ' + (r.body.error || r.status)); note.id = action === 'release' ? 'released' : 'forgotten'; box.append(note);
       refresh();
     };
     box.append(b);
-  }
+  };
+  if (stuck && actionsEnabled) act('release', 'Release: the lease ends now');
+  if (body.state === 'done' && actionsEnabled) act('forget', 'Forget: the next request with this key runs again');
   out.append(box);
 }
 document.getElementById('inspect').addEventListener('submit', async (event) => {

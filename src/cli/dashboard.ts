@@ -6,13 +6,14 @@
  * Guards (`dashboard-guard.ts`): every request must name the dashboard in its `Host` (else 421,
  * so a DNS-rebinding page reads nothing); every response carries a strict CSP. Reads need
  * `Authorization: Bearer <token>` when a token is set (a non-loopback host requires one).
- * Actions (`dashboard-actions.ts`) are POSTs and always need the token in that header and the
+ * Actions (`dashboard-actions.ts`: release, forget) are POSTs and always need the token in that header and the
  * dashboard's own `Origin`; without a token they are disabled.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { IdempotencyTelemetry } from '../engine/telemetry.js';
 import type { PostgresStore } from '../postgres/index.js';
-import { releaseAction } from './dashboard-actions.js';
+import { DASHBOARD_ACTIONS, type DashboardAction, operatorAction } from './dashboard-actions.js';
 import { bracket, contentSecurityPolicy, HostAllowList, hasToken, LOOPBACK, originRefusal, securityHeaders, WILDCARD } from './dashboard-guard.js';
 import { DASHBOARD_PAGE, DASHBOARD_SCRIPT, DASHBOARD_STYLE } from './dashboard-page.js';
 
@@ -32,6 +33,8 @@ export interface DashboardOptions {
   allowedHosts?: string[];
   /** Rows older than this are past retention, in ms. @default 86_400_000 */
   retentionMs?: number;
+  /** Reports each action (`idem/otel`; the CLI passes the global providers' when installed). */
+  telemetry?: IdempotencyTelemetry;
 }
 
 /** A running dashboard. */
@@ -78,7 +81,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     }
     const url = new URL(req.url ?? '/', 'http://dashboard');
     try {
-      if (url.pathname === '/api/release') {
+      const action = url.pathname.startsWith('/api/') ? url.pathname.slice(5) : '';
+      if ((DASHBOARD_ACTIONS as readonly string[]).includes(action)) {
         if (req.method !== 'POST') return send(405, 'text/plain', 'POST only\n', { allow: 'POST' });
         if (!token) return json(403, { error: 'actions are disabled: start idem dashboard with --token <secret> (or IDEM_DASHBOARD_TOKEN) to enable them' });
         const badOrigin = originRefusal(req, hosts);
@@ -87,10 +91,11 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         if (!/^application\/json\b/.test(req.headers['content-type'] ?? '')) return json(415, { error: 'send the action as application/json' });
         const body = await readBody(req);
         if (body === undefined) return json(413, { error: `body over ${MAX_BODY_BYTES} bytes` });
-        const outcome = await releaseAction(store, body, retentionMs);
+        const outcome = await operatorAction(action as DashboardAction, store, body, retentionMs, options.telemetry);
         return json(outcome.status, outcome.body);
       }
-      if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, 'text/plain', 'read-only: actions are POSTs to /api/release\n', { allow: 'GET' });
+      if (req.method !== 'GET' && req.method !== 'HEAD')
+        return send(405, 'text/plain', 'read-only: actions are POSTs to /api/release and /api/forget\n', { allow: 'GET' });
       // The page holds no data: served to any allowed Host; it reads the token from its URL.
       if (url.pathname === '/') return send(200, 'text/html; charset=utf-8', DASHBOARD_PAGE);
       if (!url.pathname.startsWith('/api/')) return send(404, 'text/plain', 'not found\n');

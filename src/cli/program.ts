@@ -19,6 +19,7 @@ import { CliError, describeError } from './database.js';
 import { type CliIo, type ConnectionOptions, count, defaultIo, duration, iso, positiveInteger, retentionOption, withConnection, withStore } from './options.js';
 export type { CliIo } from './options.js';
 import { type Dashboard, startDashboard } from './dashboard.js';
+import { addOperatorCommands, cliTelemetry } from './operator-commands.js';
 
 /**
  * Builds the program. `io` receives the output lines (stdout for results, stderr for errors
@@ -27,7 +28,7 @@ import { type Dashboard, startDashboard } from './dashboard.js';
 export function buildProgram(io: CliIo = defaultIo): Command {
   const program = new Command('idem')
     .description(
-      "Operate idem's idempotency-key table: migrate, sweep expired keys, inspect a key, table stats, a dashboard page, complete abandoned keys, partitions.",
+      "Operate idem's idempotency-key table: migrate, sweep expired keys, inspect a key, release or forget a key, table stats, a dashboard page, complete abandoned keys, partitions.",
     )
     .version(VERSION)
     .showHelpAfterError('(run idem --help for usage)')
@@ -180,6 +181,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
           ['fingerprint', record.fingerprint],
           ['created', `${iso(record.createdAt)}${record.retentionExpired ? ' (past retention: counts as absent)' : ''}`],
           ['finished', iso(record.finishedAt)],
+          ['operator', record.operatorNote ?? '-'],
           [
             'response',
             record.response
@@ -243,6 +245,9 @@ export function buildProgram(io: CliIo = defaultIo): Command {
       );
     });
 
+  // ---- release, forget (operator-commands.ts) ---------------------------------------------
+  addOperatorCommands(program, io);
+
   // ---- dashboard ------------------------------------------------------------------------
   withConnection(program.command('dashboard'))
     .description(
@@ -274,6 +279,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
             token: options.token,
             allowedHosts: options.allowedHost,
             retentionMs: options.retention,
+            telemetry: await cliTelemetry(),
           });
         } catch (error) {
           throw new CliError(describeError(error));

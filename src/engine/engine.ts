@@ -234,7 +234,10 @@ export class IdempotencyEngine<Tx = unknown> {
             cache !== undefined && remaining !== undefined && (claim.sealed !== true || cache.sealed)
               ? this.fillOnFinish(cache, { scope, key, fingerprint: input.fingerprint, token: claim.token, claimId: claim.claimId }, remaining, asked)
               : undefined;
-          return { kind: 'execute', execution: this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill) };
+          const execution = this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill);
+          // The row's created_at is the claim's now(): its retention ends a whole retention from here.
+          execution.retentionEndsAt = new Date(Date.now() + (remaining ?? this.retentionMs));
+          return { kind: 'execute', execution };
         }
         const record = claim.record;
         const decision = decide(record, input.fingerprint);
@@ -278,6 +281,7 @@ export class IdempotencyEngine<Tx = unknown> {
               lostTakeovers++;
               continue;
             }
+            execution.retentionEndsAt = new Date(record.createdAt.getTime() + this.retentionMs);
             return { kind: 'execute', execution };
           }
         }

@@ -71,6 +71,13 @@ export class Execution<Tx = unknown> {
   readonly claimId: string;
   /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim or when the store does not count. */
   readonly failedAttempts: number | undefined;
+  /**
+   * When the key's retention ends (its claim's `created_at` + the engine's `retentionMs`), set
+   * by the engine on a claim (from the store's retention left, else this process's clock) and
+   * a takeover (from the row read); `undefined` when unknown (a completer's takeover). The HTTP
+   * core's expiry header (protocol.md H40) sends it.
+   */
+  retentionEndsAt: Date | undefined;
 
   private readonly ref: KeyRef;
   private readonly results: PhaseResults;

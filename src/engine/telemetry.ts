@@ -37,8 +37,26 @@ export interface RequestTelemetry {
   end(end?: ExecutionEnd, error?: unknown): void;
 }
 
+/** An operator's release or forget of one key, done or refused (protocol.md K40). */
+export interface OperatorEvent {
+  action: 'release' | 'forget';
+  scope: string;
+  key: string;
+  done: boolean;
+  force: boolean;
+  /** Done: the token read, and the key's new token. */
+  token?: number;
+  newToken?: number;
+  /** Refused: why (`live-lease`, `started`, ...). */
+  refusal?: string;
+  by?: string;
+  reason?: string;
+}
+
 /** A source of {@link RequestTelemetry}, given to the engine as `telemetry`. */
 export interface IdempotencyTelemetry {
   /** A request for (scope, key) entered `begin` (or a completer takes a key over). */
   request(scope: string, key: string): RequestTelemetry;
+  /** Optional: an operator released or forgot a key, or was refused (`idem/operator`). */
+  operator?(event: OperatorEvent): void;
 }

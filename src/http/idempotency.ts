@@ -12,6 +12,19 @@ import { credentialScope } from './scope.js';
 import { isTransientFailure } from './attempts.js';
 import type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
+/** The expiry header's default name (protocol.md H40). */
+export const EXPIRES_HEADER = 'Idempotency-Key-Expires';
+
+/** An instant as an HTTP-date (IMF-fixdate, RFC 9110 §5.6.7), whole seconds. */
+function httpDate(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toUTCString();
+}
+
+/** A copy of `stored` with one more header (the stored record and any cached copy stay as they are). */
+function withHeader(stored: StoredResponse, name: string, value: string): StoredResponse {
+  return { status: stored.status, headers: [...stored.headers, [name.toLowerCase(), value]], body: stored.body };
+}
+
 export type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
 /** Outcome of {@link HttpIdempotency.prepare}. */
@@ -45,6 +58,8 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly releaseStatuses: Set<number>;
   private readonly maxAttempts: number;
   private readonly problems: ProblemFormat;
+  /** The expiry header's name (protocol.md H40), or undefined when off. */
+  private readonly expiresHeader: string | undefined;
 
   /** @throws {InvalidOptionError} for missing store/engine or bad options (at start-up, never per request). */
   constructor(private readonly options: IdempotencyOptions<Tx>) {
@@ -66,6 +81,11 @@ export class HttpIdempotency<Tx = unknown> {
       throw new InvalidOptionError('idem: maxAttempts must be a whole number >= 1, or Infinity');
     }
     this.problems = options.problems ?? {};
+    const expires = options.expiresHeader;
+    if (expires !== undefined && typeof expires !== 'boolean' && !(typeof expires === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(expires))) {
+      throw new InvalidOptionError('idem: expiresHeader must be true, false or a header name');
+    }
+    this.expiresHeader = expires === true ? EXPIRES_HEADER : expires || undefined;
     for (const pointer of options.fingerprintIgnore ?? []) {
       try {
         parsePointer(pointer);
@@ -158,7 +178,9 @@ export class HttpIdempotency<Tx = unknown> {
     }
     switch (begun.kind) {
       case 'replay': {
-        const stored = begun.response;
+        const stored = this.expiresHeader
+          ? withHeader(begun.response, this.expiresHeader, httpDate(begun.record.createdAt.getTime() + this.engine.retentionMs))
+          : begun.response;
         let response: Response | undefined;
         return {
           kind: 'respond',
@@ -292,7 +314,7 @@ export class HttpIdempotency<Tx = unknown> {
 
   private async complete(context: IdempotencyContext<Tx>, response: Response): Promise<Response> {
     const execution = context.execution;
-    if (execution.status === 'done') return response; // the handler stored it via respond()
+    if (execution.status === 'done') return this.withExpiry(response, execution); // the handler stored it via respond()
     if (execution.status === 'lost') return this.leaseLost();
     if (execution.status === 'released') return response;
     if (!execution.workStarted && (context.rejected || this.discardStatuses.has(response.status) || this.releaseStatuses.has(response.status))) {
@@ -312,11 +334,26 @@ export class HttpIdempotency<Tx = unknown> {
     const { stored, response: sent } = captured;
     try {
       await execution.finish(stored);
-      return sent;
+      return this.withExpiry(sent, execution);
     } catch (error) {
       if (error instanceof LeaseLostError) return this.leaseLost();
       await execution.release().catch(() => undefined);
       return this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' }).response;
+    }
+  }
+
+  /** `response` with the expiry header when it is on and the retention end is known (protocol.md H40). */
+  private withExpiry(response: Response, execution: Execution<Tx>): Response {
+    if (!this.expiresHeader || !execution.retentionEndsAt) return response;
+    const value = httpDate(execution.retentionEndsAt.getTime());
+    try {
+      response.headers.set(this.expiresHeader, value);
+      return response;
+    } catch {
+      // Immutable headers (a fetched or framework-made Response): the same response, one header more.
+      const headers = new Headers(response.headers);
+      headers.set(this.expiresHeader, value);
+      return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
     }
   }
 
@@ -346,7 +383,7 @@ export class HttpIdempotency<Tx = unknown> {
       const { stored, response } = await this.capture(problem);
       try {
         await execution.finish(stored);
-        return response;
+        return this.withExpiry(response, execution);
       } catch (finishError) {
         if (finishError instanceof LeaseLostError) return this.leaseLost();
       }

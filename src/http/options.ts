@@ -70,6 +70,15 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
   /** Response headers stored and replayed; Set-Cookie, Authorization and the like are never stored. */
   replayHeaders?: string[];
   /**
+   * The expiry signal (protocol.md H40): the first response of a key and every replay carry
+   * the end of the key's retention as an HTTP-date, so a client knows until when a retry with
+   * this key is answered from its record. `true`: `Idempotency-Key-Expires`; a string: that
+   * header name. Computed when sent, never stored. Off by default (the header is not in the
+   * draft yet, and it tells clients the retention).
+   * @default false
+   */
+  expiresHeader?: boolean | string;
+  /**
    * Status for a key reused with a different request: 422 (draft), 400 (Stripe) or 409
    * (Brandur Leach).
    * @default 422

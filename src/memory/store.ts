@@ -22,6 +22,7 @@ import type {
   KeyChanges,
   KeyRecord,
   KeyRef,
+  OperatorWrite,
   PhaseResults,
   RequestSnapshot,
   StoredResponse,
@@ -92,6 +93,8 @@ interface Entry {
   failedAttempts?: number;
   /** True from a release to the next takeover: that takeover is not a crash (protocol.md K23). */
   released?: boolean;
+  /** The last operator action's note (protocol.md K40). */
+  operatorNote?: string;
 }
 
 const defaultClock = (): number => performance.timeOrigin + performance.now();
@@ -270,7 +273,35 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     const now = this.clock();
     const entry = this.entries.get(idOf(scope, key));
     if (!entry || this.retentionOver(entry, retentionMs, now)) return undefined;
-    return this.toRecord(entry, now, undefined, retentionMs);
+    const record = this.toRecord(entry, now, undefined, retentionMs);
+    if (entry.operatorNote) record.operatorNote = entry.operatorNote;
+    return record;
+  }
+
+  async operate(write: OperatorWrite): Promise<Fenced<{ token: number }>> {
+    const now = this.clock();
+    const entry = this.entries.get(idOf(write.ref.scope, write.ref.key));
+    if (!entry || entry.token !== write.ref.token) return { kind: 'fenced' };
+    if (write.action === 'release') {
+      // protocol.md K41: a valid lease only with force; the holder is fenced by the new token.
+      if (entry.state !== KeyState.Started || (!write.force && !this.leaseOver(entry, now))) return { kind: 'fenced' };
+    } else {
+      // protocol.md K42: a finished key becomes a released claim at `start` with nothing stored.
+      if (entry.state !== KeyState.Done) return { kind: 'fenced' };
+      entry.state = KeyState.Started;
+      entry.recoveryPoint = RECOVERY_POINT_START;
+      entry.phaseResults = {};
+      entry.claimId = randomUUID();
+      entry.finishedAt = null;
+      entry.failedAttempts = 0;
+      delete entry.response;
+      delete entry.request;
+    }
+    entry.lockedUntil = now;
+    entry.released = true;
+    entry.token = this.nextToken();
+    entry.operatorNote = write.note;
+    return { kind: 'ok', value: { token: entry.token } };
   }
 
   async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {

@@ -13,9 +13,9 @@
  */
 import type * as Api from '@opentelemetry/api';
 import { MissingDependencyError } from '../core/errors.js';
-import type { ExecutionEnd, IdempotencyOutcome, IdempotencyTelemetry, RequestTelemetry } from '../engine/telemetry.js';
+import type { ExecutionEnd, IdempotencyOutcome, IdempotencyTelemetry, OperatorEvent, RequestTelemetry } from '../engine/telemetry.js';
 
-export type { ExecutionEnd, IdempotencyOutcome, IdempotencyTelemetry, RequestTelemetry } from '../engine/telemetry.js';
+export type { ExecutionEnd, IdempotencyOutcome, IdempotencyTelemetry, OperatorEvent, RequestTelemetry } from '../engine/telemetry.js';
 
 /** The instrumentation scope name of idem's tracer and meter. */
 export const INSTRUMENTATION_NAME = 'idem';
@@ -62,8 +62,25 @@ export function telemetryFrom(api: typeof Api, options: OpenTelemetryOptions = {
   });
   const active = meter.createUpDownCounter('idem.executions.active', { description: 'Executions in flight in this process', unit: '{execution}' });
   const keyAttributes = options.keyAttributes ?? true;
+  const operatorActions = meter.createCounter('idem.operator.actions', { description: 'Operator releases and forgets, done or refused', unit: '{action}' });
 
   return {
+    operator(event: OperatorEvent) {
+      const outcome = event.done ? 'done' : `refused:${event.refusal ?? 'unknown'}`;
+      operatorActions.add(1, { 'idem.operator.action': event.action, 'idem.operator.outcome': outcome });
+      const attributes: Api.Attributes = {
+        'idem.operator.action': event.action,
+        'idem.operator.outcome': outcome,
+        'idem.operator.force': event.force,
+        ...(keyAttributes ? { 'idem.key': event.key, 'idem.scope': event.scope } : {}),
+        ...(event.token !== undefined ? { 'idem.token': event.token, 'idem.operator.new_token': event.newToken ?? 0 } : {}),
+        ...(event.by ? { 'idem.operator.by': event.by } : {}),
+        ...(event.reason ? { 'idem.operator.reason': event.reason } : {}),
+      };
+      const span = tracer.startSpan(`idem.operator ${event.action}`, { kind: api.SpanKind.INTERNAL, attributes }, api.context.active());
+      span.addEvent(`idem.operator.${event.action}`, attributes);
+      span.end();
+    },
     request(scope: string, key: string): RequestTelemetry {
       const parent = api.context.active();
       const span = tracer.startSpan(

@@ -36,6 +36,8 @@ export interface KeyInspection {
   createdAt: Date;
   finishedAt: Date | null;
   retentionExpired: boolean;
+  /** The last operator action on the row (protocol.md K40), as its JSON note, or null. */
+  operatorNote: string | null;
 }
 
 /** Table health; see `PostgresStore.stats`. */
@@ -98,6 +100,7 @@ export async function inspect(ctx: StoreContext, scope: string, key: string, ret
     createdAt: dateOrNull(row.created_at)!,
     finishedAt: dateOrNull(row.finished_at),
     retentionExpired: row.retention_expired === true,
+    operatorNote: typeof row.operator_note === 'string' ? row.operator_note : null,
   };
 }
 

@@ -55,7 +55,15 @@ export function notifyingStatements(sql: Statements, channel: string): Statement
   const wrap = (statement: string) =>
     `WITH w AS (${statement})
       SELECT w.*, pg_notify(${literal(channel)}, char_length($1::text)::text || ':' || $1::text || $2::text) IS NULL AS notified FROM w`;
-  return { ...sql, takeOver: wrap(sql.takeOver), finish: wrap(sql.finish), release: wrap(sql.release), discard: wrap(sql.discard) };
+  return {
+    ...sql,
+    takeOver: wrap(sql.takeOver),
+    finish: wrap(sql.finish),
+    release: wrap(sql.release),
+    discard: wrap(sql.discard),
+    operatorRelease: wrap(sql.operatorRelease),
+    operatorForget: wrap(sql.operatorForget),
+  };
 }
 
 /**

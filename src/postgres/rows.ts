@@ -42,6 +42,8 @@ const ROW_COLUMNS: RecordColumns<Row> = {
     headers: (row.response_headers ?? []) as Array<[string, string]>,
     body: bytes(row.response_body),
   }),
+  // Only `read` (the store's `get`) selects it (protocol.md K40).
+  operatorNote: (row) => (typeof row.operator_note === 'string' ? row.operator_note : undefined),
 };
 
 /**

@@ -21,6 +21,7 @@ import { fencedStatements } from './sql/fenced.js';
 import { groupStatements } from './sql/group.js';
 import { inspectStatements } from './sql/inspect.js';
 import { migrateStatements, tableKind } from './sql/migrate.js';
+import { operatorStatements } from './sql/operator.js';
 import { partitionStatements } from './sql/partitions.js';
 import { sweepStatements } from './sql/sweep.js';
 import { tableNames } from './sql/table.js';
@@ -75,6 +76,10 @@ export interface Statements {
   dashboardPastRetention: string;
   dashboardFailing: string;
   dashboardWhy: string;
+  /** sql/operator.ts */
+  operatorRelease: string;
+  operatorBlob: string;
+  operatorForget: string;
 }
 
 /**
@@ -117,6 +122,7 @@ export function statements(table: string): Statements {
     ...inspectStatements(names),
     ...completerStatements(names),
     ...dashboardStatements(names),
+    ...operatorStatements(names),
   };
 }
 

@@ -9,6 +9,7 @@ import type {
   KeyChanges,
   KeyRecord,
   KeyRef,
+  OperatorWrite,
   RequestSnapshot,
   TakeOverResult,
 } from '../store/types.js';
@@ -24,7 +25,7 @@ import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, st
 import { notifyAfterCommit, TableFeed } from './notify.js';
 import { maintain } from './partitions.js';
 import { readRecord } from './responses.js';
-import { toRecord } from './rows.js';
+import { blobRef, toRecord } from './rows.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
 
 export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PartitionOptions, type PostgresStoreOptions } from './options.js';
@@ -191,6 +192,22 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     if (rows.length === 0) return this.release(ref);
     await this.notified(ref);
     return { kind: 'ok', value: 'deleted' };
+  }
+
+  async operate(write: OperatorWrite): Promise<Fenced<{ token: number }>> {
+    const { scope, key, token } = write.ref;
+    const { db, sql } = this.ctx;
+    if (write.action === 'release') {
+      const row = (await db.query(sql.operatorRelease, [scope, key, token, write.note, write.force === true])).rows[0];
+      return row ? { kind: 'ok', value: { token: Number(row.lock_version) } } : { kind: 'fenced' };
+    }
+    const old = (await db.query(sql.operatorBlob, [scope, key, token])).rows[0];
+    if (!old) return { kind: 'fenced' };
+    const row = (await db.query(sql.operatorForget, [scope, key, token, write.note])).rows[0];
+    if (!row) return { kind: 'fenced' };
+    // The forgotten response's blob is dead (protocol.md K14), as after a replacement past retention.
+    if (old.response_body_ref) await this.ctx.blobs.delete([blobRef(old, scope, key)]).catch(() => undefined);
+    return { kind: 'ok', value: { token: Number(row.lock_version) } };
   }
 
   async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {

@@ -57,6 +57,7 @@ const HASH_COLUMNS: RecordColumns<HashRead> = {
     f.rb === undefined
       ? undefined
       : { status: Number(f.rs), headers: JSON.parse(f.rh ?? '[]') as Array<[string, string]>, body: new Uint8Array(Buffer.from(f.rb, 'base64')) },
+  operatorNote: ({ f }) => f.op,
 };
 
 /**

@@ -17,7 +17,8 @@
  * `lu` lease end (server epoch ms; a release sets it to the server's now; `0` = finished, no lease), `ca` creation (server epoch ms),
  * `rt` retention ms, `rs` / `rh` / `rb` response status, headers (JSON), body (base64),
  * `rq` request snapshot (JSON), `fa` finish time, `na` failed attempts counted by takeovers
- * (protocol.md K23; absent = 0), `rl` `1` while the key is released (absent: held or crashed).
+ * (protocol.md K23; absent = 0), `rl` `1` while the key is released (absent: held or crashed),
+ * `op` the last operator action's note (protocol.md K40).
  *
  * Time: every lease and retention comparison uses the Redis server's clock (`TIME` inside the
  * script), one clock for all app hosts. Scripts are replicated by their effects (Redis ≥ 5),
@@ -269,6 +270,36 @@ changed(h)
 return 1
 `;
 
+/**
+ * An operator's release or forget (protocol.md K40-K42), fenced by the token read. Release: a
+ * `started` key (with a valid lease only when forced) ends its lease now and is marked released
+ * (K23); forget: a `done` key is rewritten as a released claim at `start`, nothing stored, a new
+ * claim id, its fingerprint, creation and retention kept (and back in the in-flight index).
+ * Both draw a new token and record the note (`op`).
+ *
+ * KEYS[1] hash, KEYS[2] token counter, KEYS[3] in-flight index (single Redis only). ARGV[1]
+ * token read, ARGV[2] `release` | `forget`, ARGV[3] force `1`/`0`, ARGV[4] note, ARGV[5] index
+ * member, ARGV[6] new claim id. Returns the new token, or nil (fenced).
+ */
+export const OPERATE = `${PRELUDE}
+local h, counter = KEYS[1], KEYS[2]
+local now = now_ms()
+local cur = redis.call('HMGET', h, 'tok', 'st', 'lu', 'fp', 'ca', 'rt')
+if cur[1] ~= ARGV[1] then return false end
+if ARGV[2] == 'release' then
+  if cur[2] ~= 'started' or (ARGV[3] ~= '1' and tonumber(cur[3]) > now) then return false end
+else
+  if cur[2] ~= 'done' then return false end
+  redis.call('DEL', h)
+  redis.call('HSET', h, 'fp', cur[4], 'st', 'started', 'rp', 'start', 'cid', ARGV[6], 'ca', cur[5], 'rt', cur[6])
+  set_expiry(h, counter, tonumber(cur[5]), tonumber(cur[6]), now)
+  if KEYS[3] then redis.call('ZADD', KEYS[3], num(now), ARGV[5]) end
+end
+local token = next_token(counter)
+redis.call('HSET', h, 'tok', token, 'lu', num(now), 'rl', '1', 'op', ARGV[4])
+return token
+`;
+
 /** The scripts by name, as the store loads them. */
 export const SCRIPTS = {
   claim: CLAIM,
@@ -280,6 +311,7 @@ export const SCRIPTS = {
   saveRequest: SAVE_REQUEST,
   read: READ,
   adopt: ADOPT,
+  operate: OPERATE,
 } as const;
 
 /** Name of a script in {@link SCRIPTS}. */

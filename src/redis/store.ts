@@ -21,6 +21,7 @@ import type {
   KeyChanges,
   KeyRecord,
   KeyRef,
+  OperatorWrite,
   RequestSnapshot,
   StoredResponse,
   TakeOverResult,
@@ -313,6 +314,19 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     if (reply !== 'released' && reply !== 'deleted') return { kind: 'fenced' };
     if (reply === 'deleted' && this.redis.cluster) await this.redis.command(this.index, ['ZREM', this.index, member]);
     return { kind: 'ok', value: reply };
+  }
+
+  async operate(write: OperatorWrite): Promise<Fenced<{ token: number }>> {
+    const { scope, key, token } = write.ref;
+    // protocol.md K22: the ledger would hand the forgotten response back to the next claim.
+    if (write.action === 'forget' && this.ledger)
+      throw new InvalidOptionError('idem/redis: forget is not available with PostgresPhases: the phase ledger still holds the response (protocol.md K22)');
+    const keys = this.keys(scope, key);
+    const member = indexMember(scope, key);
+    const reply = await this.redis.script('operate', keys, [String(token), write.action, write.force ? '1' : '0', write.note, member, randomUUID()]);
+    if (reply === null || reply === undefined || reply === false) return { kind: 'fenced' };
+    if (write.action === 'forget' && this.redis.cluster) await this.redis.command(this.index, ['ZADD', this.index, String(Date.now()), member]);
+    return { kind: 'ok', value: { token: Number(reply) } };
   }
 
   async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {

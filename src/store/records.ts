@@ -27,6 +27,8 @@ export interface RecordColumns<R> {
   retentionRemainingMs(source: R): number | undefined;
   /** The stored response of a finished key, or undefined when it was not read. Called only for `done`. */
   response(source: R): StoredResponse | undefined;
+  /** The operator's note (protocol.md K40), or undefined when none or not read. */
+  operatorNote?(source: R): string | undefined;
 }
 
 /** `source` as a {@link KeyRecord} of (`scope`, `key`), read through `columns`. */
@@ -47,6 +49,8 @@ export function decodeRecord<R>(columns: RecordColumns<R>, source: R, scope: str
   };
   const retentionRemainingMs = columns.retentionRemainingMs(source);
   if (retentionRemainingMs !== undefined) record.retentionRemainingMs = retentionRemainingMs;
+  const operatorNote = columns.operatorNote?.(source);
+  if (operatorNote) record.operatorNote = operatorNote;
   if (state === KeyState.Done) {
     const response = columns.response(source);
     if (response) record.response = response;

@@ -55,6 +55,31 @@ export interface KeyRecord {
   retentionRemainingMs?: number;
   /** Optional: true when `response` was stored sealed (encryption at rest, protocol.md K15) and opened by the store. */
   sealed?: boolean;
+  /**
+   * Optional (operators, protocol.md K40): the last operator action on the row, as the
+   * {@link OperatorWrite} `note` it was written with (JSON text). Read by `get` only.
+   */
+  operatorNote?: string;
+}
+
+/**
+ * An operator's write on one key (protocol.md K40-K42), fenced by the token the operator read.
+ * - `release`: a `started` key's lease ends now (store `now()`), it is marked released (not a
+ *   crash, K23) and the token advances, so the holder is fenced at its next write. Refused
+ *   (fenced) while the lease is valid unless `force`.
+ * - `forget`: a `done` key becomes claimable again: `started` at recovery point `start`, no
+ *   response, no phase results, no request snapshot, no failed attempts, lease ended and
+ *   released, a new token and a new claim id; its fingerprint and `created_at` stay.
+ * Both record `note` on the row ({@link KeyRecord.operatorNote}).
+ */
+export interface OperatorWrite {
+  action: 'release' | 'forget';
+  /** The key and the token the operator read. */
+  ref: KeyRef;
+  /** `release` only: also end a valid lease. */
+  force?: boolean;
+  /** What the row records about this action (JSON text, at most 1024 characters). */
+  note: string;
 }
 
 /**
@@ -254,6 +279,14 @@ export interface IdempotencyStore<Tx = unknown> {
    * (the caller reads again); a wake-up that never comes only costs the caller its wait.
    */
   subscribe?(scope: string, key: string): Promise<KeyChanges>;
+
+  /**
+   * Optional (operators, protocol.md K40-K42). One {@link OperatorWrite}, atomic and fenced by
+   * `write.ref.token` and the state it needs (`started` for a release, `done` for a forget; a
+   * release without `force` also needs the lease ended).
+   * @returns `ok` with the key's new token, or `fenced` when the key is not as read: nothing changed.
+   */
+  operate?(write: OperatorWrite): Promise<Fenced<{ token: number }>>;
 }
 
 /**

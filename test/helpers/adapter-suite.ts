@@ -21,6 +21,7 @@ import { scopeSuite } from './adapter-suite/scope.js';
 import { storedSuite } from './adapter-suite/stored.js';
 import { respondSuite } from './adapter-suite/respond.js';
 import { problemSuite } from './adapter-suite/problems.js';
+import { expirySuite } from './adapter-suite/expiry.js';
 
 export type { SuiteEnv } from './adapter-suite/shared.js';
 
@@ -66,6 +67,7 @@ export function adapterContract(env: SuiteEnv): void {
   storedSuite(context);
   respondSuite(context);
   problemSuite(context);
+  expirySuite(context);
 }
 
 /**

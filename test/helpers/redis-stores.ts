@@ -187,7 +187,7 @@ export const redisClusterFactory: StoreFactory = {
 /** RedisStore with PostgresPhases on PGlite: claims in Redis, atomic phases in PostgreSQL. */
 export const redisPostgresPhasesFactory: StoreFactory = {
   name: 'RedisStore + PostgresPhases (PGlite)',
-  capabilities: { sweep: false, partitioned: false, sql: false, virtualTime: false },
+  capabilities: { sweep: false, partitioned: false, sql: false, virtualTime: false, forget: false },
   contractOnly: false,
   async connect() {
     const t = await singleClients[0]!.open();

@@ -18,6 +18,7 @@ import { claimSuite } from './store-contract/claim.js';
 import { writeSuite } from './store-contract/writes.js';
 import { fencingSuite } from './store-contract/fencing.js';
 import { attemptsSuite } from './store-contract/attempts.js';
+import { operatorSuite } from './store-contract/operator.js';
 
 export { claimInput, claimedToken } from './store-contract/shared.js';
 
@@ -58,4 +59,5 @@ export function storeContract(factory: StoreFactory): void {
   writeSuite(context);
   fencingSuite(context);
   attemptsSuite(context);
+  operatorSuite(context);
 }

@@ -48,6 +48,13 @@ export interface StoreCapabilities {
    * @default true
    */
   atomicEffects?: false;
+  /**
+   * `false`: `operate` refuses `forget` (RedisStore + PostgresPhases: the ledger keeps the
+   * response, protocol.md K22). A forced release fences the old holder only once the key is
+   * taken over (its phases commit against the ledger's token).
+   * @default true
+   */
+  forget?: false;
 }
 
 /**

@@ -19,7 +19,10 @@ import { literal, type TableNames } from './table.js';
  * statement, and a conflict (zero rows) goes to the claim path's existing fresh read
  * (`readForUpdate`). A retry of a finished key never reaches it: `readDone` answers first.
  */
-export function citusStatements({ t, nextToken }: TableNames, base: { takeOver: string; replaceExpired: string }) {
+export function citusStatements(
+  { t, nextToken }: TableNames,
+  base: { takeOver: string; replaceExpired: string; operatorRelease: string; operatorForget: string },
+) {
   // Drawn as uncorrelated scalar subqueries, which Citus plans apart and evaluates on the
   // coordinator, so tokens come from the coordinator's sequence as every INSERT's default
   // does. A CTE `WITH drawn AS (SELECT nextval(…))` is accepted too, but once the UPDATE is
@@ -49,6 +52,10 @@ export function citusStatements({ t, nextToken }: TableNames, base: { takeOver: 
 
     /** The replacement past retention of sql/claim.ts, token and claim id drawn in subqueries; same parameters. */
     replaceExpired: drawn(base.replaceExpired, 'replaceExpired'),
+
+    /** The operator's writes of sql/operator.ts, token (and claim id) drawn in subqueries; same parameters. */
+    operatorRelease: drawn(base.operatorRelease, 'operatorRelease'),
+    operatorForget: drawn(base.operatorForget, 'operatorForget'),
   };
 }
 

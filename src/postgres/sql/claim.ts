@@ -84,7 +84,7 @@ export function claimStatements({ t, nextToken }: TableNames) {
       FROM ${t} WHERE scope = $1 AND key = $2 FOR UPDATE`,
 
     /** Plain read of one key (inspection). $1 scope, $2 key, $3 retention ms. */
-    read: `SELECT ${ROW}, ${retentionExpired('$3')}
+    read: `SELECT ${ROW}, ${retentionExpired('$3')}, operator_note
       FROM ${t} WHERE scope = $1 AND key = $2`,
 
     /**
@@ -101,7 +101,7 @@ export function claimStatements({ t, nextToken }: TableNames) {
         phase_results = '{}'::jsonb, locked_until = now() + $4::int8 * interval '1 millisecond',
         lock_version = ${nextToken}, claim_id = gen_random_uuid(), response_status = NULL, response_headers = NULL,
         response_body = NULL, response_body_ref = NULL, response_key_id = NULL, created_at = now(), finished_at = NULL,
-        failed_attempts = 0, released = false, request = NULL
+        failed_attempts = 0, released = false, request = NULL, operator_note = NULL
       WHERE scope = $1 AND key = $2 AND lock_version = $6
         AND created_at <= now() - $5::int8 * interval '1 millisecond'
         AND (locked_until IS NULL OR locked_until <= now())

@@ -13,7 +13,7 @@ export function inspectStatements({ t }: TableNames) {
         (locked_until IS NULL OR locked_until <= now()) AS lease_expired,
         GREATEST(0, EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8 AS lease_remaining_ms,
         response_status, response_headers, octet_length(response_body) AS response_bytes, response_body_ref, response_key_id,
-        created_at, finished_at, created_at <= now() - $3::int8 * interval '1 millisecond' AS retention_expired
+        created_at, finished_at, created_at <= now() - $3::int8 * interval '1 millisecond' AS retention_expired, operator_note
       FROM ${t} WHERE scope = $1 AND key = $2`,
 
     /**

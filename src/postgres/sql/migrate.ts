@@ -44,6 +44,14 @@ export function migrateStatements(n: TableNames, mode: 'plain' | 'partitioned'):
       : `CREATE TABLE IF NOT EXISTS ${t} (${columns(nextToken)}
         PRIMARY KEY (scope, key, created_at)
       ) PARTITION BY RANGE (created_at)`;
+  // A column added to a table made by an earlier version, only when missing (so an up-to-date
+  // table takes no lock); each has a constant default or none, so adding it rewrites nothing.
+  const addColumn = (name: string, definition: string) => `DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
+            AND attname = '${name}' AND NOT attisdropped) THEN
+          ALTER TABLE ${t} ADD COLUMN ${definition};
+        END IF;
+      END $$`;
   return [
     `SELECT pg_advisory_xact_lock(hashtext('idem:migrate:' || $1::text))`,
     `CREATE SEQUENCE IF NOT EXISTS ${seq}`,
@@ -81,28 +89,15 @@ export function migrateStatements(n: TableNames, mode: 'plain' | 'partitioned'):
     ...(mode === 'plain' ? [blobTableStatement(n)] : []),
     // Completer (issue 4): the request snapshot, NULL unless the app opted in. Added only
     // when missing, so an up-to-date table takes no lock.
-    `DO $$ BEGIN
-        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
-            AND attname = 'request' AND NOT attisdropped) THEN
-          ALTER TABLE ${t} ADD COLUMN request jsonb;
-        END IF;
-      END $$`,
+    addColumn('request', 'request jsonb'),
     // Failed attempts per key (issue 11): a constant default, so adding it to a table made by
     // an earlier version rewrites nothing; added only when missing.
-    `DO $$ BEGIN
-        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
-            AND attname = 'failed_attempts' AND NOT attisdropped) THEN
-          ALTER TABLE ${t} ADD COLUMN failed_attempts int NOT NULL DEFAULT 0;
-        END IF;
-      END $$`,
+    addColumn('failed_attempts', 'failed_attempts int NOT NULL DEFAULT 0'),
     // Released keys (protocol.md K23): a takeover of a lease that ran out unreleased counts as
     // a failed attempt. A constant default, added only when missing, as above.
-    `DO $$ BEGIN
-        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ${regclass}::regclass
-            AND attname = 'released' AND NOT attisdropped) THEN
-          ALTER TABLE ${t} ADD COLUMN released boolean NOT NULL DEFAULT false;
-        END IF;
-      END $$`,
+    addColumn('released', 'released boolean NOT NULL DEFAULT false'),
+    // The last operator action on a key (protocol.md K40): nullable, added only when missing.
+    addColumn('operator_note', 'operator_note text'),
     // Completer: finds started keys by lease end without scanning finished rows. Partial,
     // so it holds only keys in flight (a few per worker), not the retained history.
     `CREATE INDEX IF NOT EXISTS "${bare}_started_idx" ON ${t} (locked_until) WHERE state = 'started'`,

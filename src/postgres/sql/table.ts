@@ -101,5 +101,6 @@ export function columns(nextToken: string): string {
         finished_at      timestamptz,
         failed_attempts  int         NOT NULL DEFAULT 0,
         released         boolean     NOT NULL DEFAULT false,
+        operator_note    text,
 `;
 }
