@@ -30,6 +30,7 @@ import { IdempotentClient, MemoryIntentStore } from 'idem/client';
 import { FileIntentStore } from 'idem/client/node';
 import { IdempotentConsumer, type Disposition, type MessageContext } from 'idem/consumer';
 import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
+import { type FunctionContext, idempotent, KeyMismatchError } from 'idem/function';
 import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
 import { captureResponse, credentialScope, replayResponse } from 'idem/http';
@@ -210,6 +211,16 @@ interface PrismaTxLike extends PrismaRawLike {
 declare const prismaClient: PrismaRawLike & { $transaction<R>(fn: (tx: PrismaTxLike) => Promise<R>, options?: { timeout?: number }): Promise<R> };
 const prismaEngine = new IdempotencyEngine({ store: new PostgresStore({ client: prisma(prismaClient, { transaction: { timeout: 10_000 } }) }) });
 void prismaEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', (tx) => tx.charge.create({ data: { amount: 1 } })));
+
+// A plain function: typed arguments and result, phases through its context.
+const closeDay = idempotent(async (ctx: FunctionContext<MemoryTx, { day: string }>, day: string) => ({ day: await ctx.phase('totals', async () => day) }), {
+  store: new MemoryStore(),
+  name: 'close-day',
+  key: (day) => day,
+});
+const closed: { day: string } = await closeDay('2026-03-01');
+void closed;
+void KeyMismatchError;
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
