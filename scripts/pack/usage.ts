@@ -46,6 +46,7 @@ import {
 import { MemoryStore, type MemoryTx } from 'idem/memory';
 import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
+import { sqsBatch } from 'idem/lambda';
 import { openTelemetry } from 'idem/otel';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
@@ -221,6 +222,11 @@ const closeDay = idempotent(async (ctx: FunctionContext<MemoryTx, { day: string 
 const closed: { day: string } = await closeDay('2026-03-01');
 void closed;
 void KeyMismatchError;
+
+// A Lambda batch: the partial batch response.
+const sqsHandler = sqsBatch<MemoryTx>({ store: new MemoryStore(), scope: 'orders' }, async (record, ctx) => ctx.phase('seen', async () => record.messageId));
+const batchResponse: { batchItemFailures: Array<{ itemIdentifier: string }> } = await sqsHandler({ Records: [] }, { getRemainingTimeInMillis: () => 1000 });
+void batchResponse;
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

@@ -69,7 +69,7 @@ export interface IdempotentFunction<A extends unknown[], R> {
 
 /**
  * Wraps `fn` so that each key runs it at most once in effect (protocol.md K3-K5, as any
- * execution): the first call claims the key, `fn` commits its effects in atomic phases through
+ * execution, protocol.md K36): the first call claims the key, `fn` commits its effects in atomic phases through
  * its context (`ctx.phase`, `ctx.call`, `ctx.complete`), and its result is stored with the
  * key; every later call with the key returns that result as a value without running `fn`. A
  * call that crashed or threw is resumed by the next one after its last committed phase.
