@@ -47,6 +47,7 @@ import { MemoryStore, type MemoryTx } from 'idem/memory';
 import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { sqsBatch } from 'idem/lambda';
+import { github, webhookReceiver } from 'idem/webhooks';
 import { openTelemetry } from 'idem/otel';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
@@ -227,6 +228,14 @@ void KeyMismatchError;
 const sqsHandler = sqsBatch<MemoryTx>({ store: new MemoryStore(), scope: 'orders' }, async (record, ctx) => ctx.phase('seen', async () => record.messageId));
 const batchResponse: { batchItemFailures: Array<{ itemIdentifier: string }> } = await sqsHandler({ Records: [] }, { getRemainingTimeInMillis: () => 1000 });
 void batchResponse;
+
+// A webhook receiver: the signature checked before the claim.
+const receiveGithub = webhookReceiver<MemoryTx>(github({ secret: 's' }), { store: new MemoryStore() });
+const webhookAnswer: Response = await receiveGithub(
+  new Request('http://localhost/hook', { method: 'POST', body: '{}' }),
+  async () => new Response(null, { status: 204 }),
+);
+void webhookAnswer;
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
