@@ -19,6 +19,9 @@ import { adyen, github, shopify, slack, standardWebhooks, stripe, webhookReceive
 import type { StoreHarness } from './helpers/stores.js';
 import { workStores, useWorkStore } from './helpers/work-stores.js';
 import { deferred } from './helpers/http.js';
+import { PGlite } from '@electric-sql/pglite';
+import { PostgresStore } from '../src/postgres/index.js';
+import { WEBHOOK_SCHEMA, webhookApp } from '../examples/webhooks/server.js';
 
 const SECRET = 'It’s a Secret to Everybody';
 const ADYEN_KEY = '44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056';
@@ -313,3 +316,37 @@ for (const factory of workStores) {
     });
   });
 }
+
+describe('examples/webhooks/server.ts on PGlite', () => {
+  it('each provider’s delivery and its redelivery write one row; a tampered one none', async () => {
+    const db = new PGlite();
+    try {
+      await db.exec(WEBHOOK_SCHEMA);
+      await db.query("INSERT INTO orders (payment_intent) VALUES ('pi_3NG8Dt2eZvKYlo2C0z1vQUXd')");
+      const store = new PostgresStore({ client: db });
+      await store.migrate();
+      const app = webhookApp(store, { stripeKey: 'sk_test_123', stripeWebhookSecret: SECRET, github: SECRET, shopify: SECRET, standardWebhooks: SW_SECRET });
+      const post = (path: string, d: { body: string; headers: Record<string, string> }) =>
+        app.request(path, { method: 'POST', headers: d.headers, body: d.body });
+      const routes: Record<string, string> = {
+        stripe: '/webhooks/stripe',
+        github: '/webhooks/github',
+        shopify: '/webhooks/shopify',
+        'standard-webhooks': '/webhooks/billing',
+      };
+      for (const [name, path] of Object.entries(routes)) {
+        const p = providers.find((x) => x.name === name)!;
+        const d = p.delivery();
+        assert.equal((await post(path, { ...d, body: `${d.body.slice(0, -1)},"amount":1}` })).status, p.refused, name);
+        assert.ok((await post(path, d)).status < 300, name);
+        assert.equal((await post(path, p.delivery())).headers.get('idempotent-replayed'), 'true', name);
+      }
+      const count = async (table: string) => (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]!.n;
+      assert.equal(await count('github_events'), 1);
+      assert.equal(await count('shop_orders'), 1);
+      assert.equal((await db.query<{ paid: boolean }>('SELECT paid FROM orders')).rows[0]!.paid, true);
+    } finally {
+      await db.close();
+    }
+  });
+});
