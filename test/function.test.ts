@@ -188,6 +188,28 @@ for (const factory of workStores) {
       assert.deepEqual(await h.effects(), ['debit', 'credit']);
     });
 
+    it('a crash loop ends at maxAttempts: the call after the second dead one stores the failure instead of running', { timeout: 60_000 }, async () => {
+      const h = await fresh();
+      let runs = 0;
+      const dies = idempotent(
+        async () => {
+          runs++;
+          return new Promise<string>(() => undefined); // a process that died inside the function
+        },
+        { store: h.store, name: 'loop', key: 'k', heartbeatMs: 0, maxAttempts: 2 },
+      );
+      void dies();
+      for (let died = 1; died <= 2; died++) {
+        for (let i = 0; i < 200 && runs < died; i++) await new Promise((r) => setTimeout(r, 10));
+        await h.setLease('loop', 'k', -1000);
+        if (died < 2) void dies();
+      }
+      const isPermanent = (e: unknown) => e instanceof StoredFailureError && e.failure.code === 'IDEM_FAILED_PERMANENTLY';
+      await assert.rejects(dies(), isPermanent);
+      await assert.rejects(dies(), isPermanent);
+      assert.equal(runs, 2);
+    });
+
     it('ctx.complete finishes the key in the same transaction as the last effect and its value is the result', async () => {
       const h = await fresh();
       const effect = h.effect('booked') as (tx: unknown) => Promise<{ note: string }>;

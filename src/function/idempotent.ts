@@ -47,6 +47,14 @@ export type FunctionOptions<A extends unknown[], R, Tx = unknown> = ({ engine: I
    * @default 0
    */
   waitMs?: number;
+  /**
+   * A call whose process died inside `fn` this many times (each counted when the next call
+   * takes its lease over, protocol.md K23) does not run `fn` again: the key is finished with a
+   * stored failure (code `IDEM_FAILED_PERMANENTLY`) that this and every later call throw as
+   * {@link StoredFailureError}. `Infinity` turns it off.
+   * @default 5
+   */
+  maxAttempts?: number;
 };
 
 /** How a call ended: the function ran (or resumed) here, or an earlier call's result was returned. */
@@ -113,6 +121,9 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
   const waitMs = options.waitMs ?? 0;
   if (!(Number.isFinite(waitMs) && waitMs >= 0)) throw new InvalidOptionError('idem: waitMs must be a number of ms >= 0');
 
+  const maxAttempts = options.maxAttempts ?? 5;
+  if (!(maxAttempts >= 1)) throw new InvalidOptionError('idem: maxAttempts must be >= 1');
+
   const outcome = async (call: { key?: string }, ...args: A): Promise<CallOutcome<R>> => {
     const key = call.key ?? keyOf(...args);
     const print = fingerprint({ method: 'FUNCTION', path: scope, contentType: 'application/json', body: canonicalBytes(printOf(...args)) });
@@ -130,6 +141,14 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
   };
 
   async function run(execution: Execution<Tx>, args: A): Promise<R> {
+    const crashed = execution.failedAttempts;
+    if (crashed !== undefined && crashed >= maxAttempts) {
+      // protocol.md K23: a crash loop ends; the failure is the key's outcome from now on.
+      const stored = await execution.finish(
+        failureRecord({ name: 'IdempotencyError', code: 'IDEM_FAILED_PERMANENTLY', message: `the function's process ended ${crashed} times inside it` }),
+      );
+      throw new StoredFailureError(readFailure(stored));
+    }
     const ctx = new FunctionContext<Tx, R>(execution, codec);
     let value: R;
     try {
