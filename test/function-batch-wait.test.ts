@@ -11,7 +11,7 @@ import { idempotent } from '../src/function/index.js';
 import { type Disposition, sqsBatch } from '../src/lambda/index.js';
 import { needs } from './helpers/services.js';
 import { tableName } from './helpers/engines.js';
-import { deferred } from './helpers/http.js';
+import { deferred, gatedWork } from './helpers/http.js';
 import { sqsEvent } from './helpers/batch-events.js';
 import { lambdaContext } from './helpers/harness-lambda.js';
 
@@ -40,25 +40,15 @@ describe('waiting for a held key (PostgreSQL, notify: true)', { skip: needs('DAT
   it('idempotent(fn, { waitMs }): the second call waits and returns the first call’s result', async () => {
     const { store, subscribed, close } = await open();
     try {
-      const gate = deferred<void>();
-      const entered = deferred<void>();
-      let runs = 0;
-      const slow = idempotent(
-        async () => {
-          runs++;
-          entered.resolve();
-          await gate.promise;
-          return { at: Math.random() };
-        },
-        { store, name: 'slow', key: 'k', waitMs: 20_000 },
-      );
+      const { gate, entered, runs, work } = gatedWork(() => ({ at: Math.random() }));
+      const slow = idempotent(work, { store, name: 'slow', key: 'k', waitMs: 20_000 });
       const first = slow.outcome({});
       await entered.promise;
       const second = slow.outcome({});
       await subscribed;
       gate.resolve();
       const [a, b] = await Promise.all([first, second]);
-      assert.equal(runs, 1);
+      assert.equal(runs(), 1);
       assert.equal(b.replayed, true);
       assert.deepEqual(b.value, a.value);
     } finally {

@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { idempotent, type FunctionContext, KeyInProgressError, KeyMismatchError, StoredFailureError, type ResultCodec } from '../src/function/index.js';
 import { workStores, useWorkStore } from './helpers/work-stores.js';
-import { deferred } from './helpers/http.js';
+import { gatedWork } from './helpers/http.js';
 
 for (const factory of workStores) {
   describe(`idempotent(fn) over ${factory.name}`, () => {
@@ -141,25 +141,15 @@ for (const factory of workStores) {
 
     it('a concurrent call with a held key throws KeyInProgressError; the holder finishes and later calls replay', async () => {
       const h = await fresh();
-      const gate = deferred<void>();
-      const entered = deferred<void>();
-      let runs = 0;
-      const slow = idempotent(
-        async () => {
-          runs++;
-          entered.resolve();
-          await gate.promise;
-          return 'done';
-        },
-        { store: h.store, name: 'slow', key: 'k' },
-      );
+      const { gate, entered, runs, work } = gatedWork(() => 'done');
+      const slow = idempotent(work, { store: h.store, name: 'slow', key: 'k' });
       const first = slow();
       await entered.promise;
       await assert.rejects(slow(), (e: unknown) => e instanceof KeyInProgressError && e.retryAfterMs > 0);
       gate.resolve();
       assert.equal(await first, 'done');
       assert.equal(await slow(), 'done');
-      assert.equal(runs, 1);
+      assert.equal(runs(), 1);
     });
 
     it('a caller that died holding the key is taken over once its lease ends: resumed after its phase, the phase not repeated', async () => {
