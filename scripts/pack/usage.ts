@@ -30,6 +30,7 @@ import { IdempotentClient, MemoryIntentStore } from 'idem/client';
 import { FileIntentStore } from 'idem/client/node';
 import { IdempotentConsumer, type Disposition, type MessageContext } from 'idem/consumer';
 import { decide, mediaType, parseIdempotencyKey } from 'idem/core';
+import { type FunctionContext, idempotent, KeyMismatchError } from 'idem/function';
 import { idempotency as expressIdempotency } from 'idem/express';
 import { idempotency as honoIdempotency, type IdempotencyVariables } from 'idem/hono';
 import { captureResponse, credentialScope, replayResponse } from 'idem/http';
@@ -45,6 +46,8 @@ import {
 import { MemoryStore, type MemoryTx } from 'idem/memory';
 import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
+import { sqsBatch } from 'idem/lambda';
+import { github, webhookReceiver } from 'idem/webhooks';
 import { openTelemetry } from 'idem/otel';
 import { forgetKey, releaseKey, type OperatorOutcome } from 'idem/operator';
 import { idempotencyComponents, withIdempotency } from 'idem/openapi';
@@ -215,6 +218,29 @@ interface PrismaTxLike extends PrismaRawLike {
 declare const prismaClient: PrismaRawLike & { $transaction<R>(fn: (tx: PrismaTxLike) => Promise<R>, options?: { timeout?: number }): Promise<R> };
 const prismaEngine = new IdempotencyEngine({ store: new PostgresStore({ client: prisma(prismaClient, { transaction: { timeout: 10_000 } }) }) });
 void prismaEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', (tx) => tx.charge.create({ data: { amount: 1 } })));
+
+// A plain function: typed arguments and result, phases through its context.
+const closeDay = idempotent(async (ctx: FunctionContext<MemoryTx, { day: string }>, day: string) => ({ day: await ctx.phase('totals', async () => day) }), {
+  store: new MemoryStore(),
+  name: 'close-day',
+  key: (day) => day,
+});
+const closed: { day: string } = await closeDay('2026-03-01');
+void closed;
+void KeyMismatchError;
+
+// A Lambda batch: the partial batch response.
+const sqsHandler = sqsBatch<MemoryTx>({ store: new MemoryStore(), scope: 'orders' }, async (record, ctx) => ctx.phase('seen', async () => record.messageId));
+const batchResponse: { batchItemFailures: Array<{ itemIdentifier: string }> } = await sqsHandler({ Records: [] }, { getRemainingTimeInMillis: () => 1000 });
+void batchResponse;
+
+// A webhook receiver: the signature checked before the claim.
+const receiveGithub = webhookReceiver<MemoryTx>(github({ secret: 's' }), { store: new MemoryStore() });
+const webhookAnswer: Response = await receiveGithub(
+  new Request('http://localhost/hook', { method: 'POST', body: '{}' }),
+  async () => new Response(null, { status: 204 }),
+);
+void webhookAnswer;
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

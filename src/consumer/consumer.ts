@@ -37,6 +37,12 @@ export type ConsumerOptions<Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } |
    * @default 100 × 2^(attempt − 1), at most 5 000
    */
   inProgressDelayMs?: number | ((attempt: number) => number);
+  /**
+   * At most how long, in ms, a duplicate waits for the holder's result (see `inProgressDelayMs`),
+   * e.g. less than the time a Lambda invocation has left.
+   * @default the lease
+   */
+  waitMs?: number;
 };
 
 const DEFAULT_MAX_ATTEMPTS = 5;
@@ -71,6 +77,7 @@ export class IdempotentConsumer<Tx = unknown> {
   private readonly keyOf: (message: ConsumedMessage) => string;
   private readonly retryDelay: (attempt: number) => number;
   private readonly inProgressDelay: (attempt: number) => number;
+  private readonly waitMs: number;
 
   /** @throws {InvalidOptionError} for a missing store or scope, or out-of-range numbers. */
   constructor(options: ConsumerOptions<Tx>) {
@@ -88,6 +95,8 @@ export class IdempotentConsumer<Tx = unknown> {
     const delay = options.retryDelayMs;
     if (typeof delay === 'number' && !(delay >= 0)) throw new InvalidOptionError('idem: retryDelayMs must be >= 0');
     this.retryDelay = typeof delay === 'function' ? delay : typeof delay === 'number' ? () => delay : (n) => Math.min(60_000, 1000 * 2 ** Math.max(0, n - 1));
+    this.waitMs = options.waitMs ?? this.engine.leaseMs;
+    if (!(this.waitMs >= 0)) throw new InvalidOptionError('idem: waitMs must be >= 0');
     const inProgress = options.inProgressDelayMs;
     if (typeof inProgress === 'number' && !(inProgress >= 0)) throw new InvalidOptionError('idem: inProgressDelayMs must be >= 0');
     this.inProgressDelay =
@@ -116,7 +125,7 @@ export class IdempotentConsumer<Tx = unknown> {
     try {
       // protocol.md K18: a duplicate in flight waits for the result where the store can wake
       // it (the engine asks `subscribe`, so a store gaining it later waits too), else comes back soon.
-      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print, waitMs: this.engine.leaseMs });
+      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print, waitMs: this.waitMs });
     } catch (error) {
       if (error instanceof InvalidKeyError || error instanceof InvalidScopeError) {
         return { action: 'dead-letter', reason: 'invalid-message', error };

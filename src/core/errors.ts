@@ -18,6 +18,10 @@ export const ErrorCode = {
   ResponseUnreadable: 'IDEM_RESPONSE_UNREADABLE',
   MissingDependency: 'IDEM_MISSING_DEPENDENCY',
   UnsupportedResponse: 'IDEM_UNSUPPORTED_RESPONSE',
+  // idem/function (src/function)
+  KeyMismatch: 'IDEM_KEY_MISMATCH',
+  KeyInProgress: 'IDEM_KEY_IN_PROGRESS',
+  StoredFailure: 'IDEM_STORED_FAILURE',
   // idem/client (src/client/errors.ts)
   ClientInvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
   HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',

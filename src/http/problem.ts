@@ -16,6 +16,7 @@ export const ProblemKind = {
   FailedPermanently: 'request-failed-permanently',
   LeaseLost: 'idempotency-lease-lost',
   ResponseTooLarge: 'response-too-large-to-keep',
+  WebhookRefused: 'webhook-signature-invalid',
 } as const;
 export type ProblemKind = (typeof ProblemKind)[keyof typeof ProblemKind];
 
@@ -58,6 +59,7 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
   'request-failed-permanently': ['The request failed on every attempt; it will not be tried again', 'api_error', 'request_failed_permanently'],
   'idempotency-lease-lost': ['Another attempt took over this request', 'idempotency_error', 'idempotency_lease_lost'],
   'response-too-large-to-keep': ['The response was too large to keep for replay', 'api_error', 'response_too_large_to_keep'],
+  'webhook-signature-invalid': ['The webhook signature is missing or invalid', 'authentication_error', 'webhook_signature_invalid'],
 };
 
 /**

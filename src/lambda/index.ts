@@ -218,3 +218,7 @@ export { eventRequest, isHttpEvent, isV2, resultResponse, responseResult } from 
 export type * from './events.js';
 export { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
 export type { IdempotencyContext } from '../http/context.js';
+export { batchIdempotency, type BatchHandler, type BatchOptions, dynamoDbBatch, kinesisBatch, type RecordHandler, sqsBatch } from './batch.js';
+export type * from './batch-events.js';
+export type { MessageContext } from '../consumer/context.js';
+export type { Disposition } from '../consumer/types.js';

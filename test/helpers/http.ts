@@ -124,3 +124,21 @@ export function requestInit(send: Send = {}): RequestInit {
 
 /** The whole body of a response, as bytes. */
 export const bytes = async (response: Response): Promise<Uint8Array> => new Uint8Array(await response.arrayBuffer());
+
+/** Work that holds its key until `gate` is resolved: `entered` resolves when it starts, `runs()` counts its starts. */
+export function gatedWork<T>(result: () => T): { gate: Deferred<void>; entered: Deferred<void>; runs(): number; work(): Promise<T> } {
+  const gate = deferred<void>();
+  const entered = deferred<void>();
+  let runs = 0;
+  return {
+    gate,
+    entered,
+    runs: () => runs,
+    async work() {
+      runs++;
+      entered.resolve();
+      await gate.promise;
+      return result();
+    },
+  };
+}

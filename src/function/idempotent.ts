@@ -1,0 +1,195 @@
+import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
+import { IdempotencyError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
+import { fingerprint } from '../core/fingerprint.js';
+import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import type { Execution } from '../engine/execution.js';
+import type { StoredResponse } from '../store/types.js';
+import { FAILURE_STATUS, failureRecord, jsonCodec, readFailure, type ResultCodec, resultRecord } from './codec.js';
+import { FunctionContext } from './context.js';
+import { KeyInProgressError, KeyMismatchError, StoredFailureError } from './errors.js';
+
+/** Options of {@link idempotent}: an engine (or a store and the engine's options) and the function's own. */
+export type FunctionOptions<A extends unknown[], R, Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } | EngineOptions<Tx>) & {
+  /** The scope the function's keys live in, e.g. `'nightly-invoices'`: 1-255 characters. */
+  name: string;
+  /**
+   * The key of a call: a function of the arguments (e.g. `(order) => order.id`), or one fixed
+   * key. A call may also give its own with {@link IdempotentFunction.withKey}.
+   * @default SHA-256 (hex) of the arguments' canonical JSON (RFC 8785)
+   */
+  key?: string | NoInfer<(...args: A) => string>;
+  /**
+   * What of the arguments must be the same for the same key (protocol.md K2): another value
+   * with a used key throws {@link KeyMismatchError} and the function does not run.
+   * @default all the arguments, as canonical JSON
+   */
+  fingerprint?: NoInfer<(...args: A) => unknown>;
+  /**
+   * How the result is stored and replayed.
+   * @default JSON ({@link jsonCodec})
+   */
+  codec?: ResultCodec<R>;
+  /**
+   * Errors the function throws are not stored by default: the lease is released with the
+   * recovery point kept (protocol.md K10) and the next call with the key runs again, after the
+   * committed phases. `true` (or a predicate returning true for an error) stores the failure
+   * instead: later calls throw {@link StoredFailureError} and never run the function again
+   * (a card declined, a validation that will not change). idem's own errors (a lost lease, an
+   * unreachable store) are never stored.
+   * @default false
+   */
+  storeErrors?: boolean | ((error: unknown) => boolean);
+  /**
+   * How long, in ms, a call waits for another caller holding the key to finish and then
+   * returns its result (protocol.md K17), instead of throwing {@link KeyInProgressError} at
+   * once. Needs a store that can wake waiters (`subscribe`); at most the lease.
+   * @default 0
+   */
+  waitMs?: number;
+  /**
+   * A call whose process died inside `fn` this many times (each counted when the next call
+   * takes its lease over, protocol.md K23) does not run `fn` again: the key is finished with a
+   * stored failure (code `IDEM_FAILED_PERMANENTLY`) that this and every later call throw as
+   * {@link StoredFailureError}. `Infinity` turns it off.
+   * @default 5
+   */
+  maxAttempts?: number;
+};
+
+/** How a call ended: the function ran (or resumed) here, or an earlier call's result was returned. */
+export interface CallOutcome<R> {
+  value: R;
+  /** True when the result is an earlier call's, read from the store; the function did not run. */
+  replayed: boolean;
+}
+
+/** The wrapped function: the same arguments and result, at most once in effect per key. */
+export interface IdempotentFunction<A extends unknown[], R> {
+  (...args: A): Promise<R>;
+  /** The same function with its key given by the caller (a job id, a command id). */
+  withKey(key: string): (...args: A) => Promise<R>;
+  /** Calls it and tells whether the result was replayed. `key` overrides the options' key. */
+  outcome(call: { key?: string }, ...args: A): Promise<CallOutcome<R>>;
+  /** The engine the calls go through. */
+  readonly engine: IdempotencyEngine<unknown>;
+}
+
+/**
+ * Wraps `fn` so that each key runs it at most once in effect (protocol.md K3-K5, as any
+ * execution, protocol.md K36): the first call claims the key, `fn` commits its effects in atomic phases through
+ * its context (`ctx.phase`, `ctx.call`, `ctx.complete`), and its result is stored with the
+ * key; every later call with the key returns that result as a value without running `fn`. A
+ * call that crashed or threw is resumed by the next one after its last committed phase.
+ *
+ * @example
+ * ```ts
+ * const sendInvoice = idempotent(
+ *   async (ctx, order: Order) => {
+ *     const invoice = await ctx.phase('invoice', (tx) => insertInvoice(tx, order));
+ *     await ctx.call('email', (key) => mailer.send(invoice, { idempotencyKey: key }));
+ *     return { invoiceId: invoice.id };
+ *   },
+ *   { store, name: 'send-invoice', key: (order) => order.id },
+ * );
+ * const { invoiceId } = await sendInvoice(order); // a second call returns the same, sends nothing
+ * ```
+ *
+ * @throws {InvalidOptionError} at creation for bad options
+ * @returns a function of the same arguments that throws {@link KeyMismatchError},
+ *   {@link KeyInProgressError}, {@link StoredFailureError}, `StoreUnavailableError` (nothing
+ *   ran), `LeaseLostError` (another caller took over) or what `fn` threw
+ */
+export function idempotent<A extends unknown[], R, Tx = unknown>(
+  fn: (ctx: FunctionContext<Tx, R>, ...args: A) => Promise<R>,
+  options: FunctionOptions<A, R, Tx>,
+): IdempotentFunction<A, R> {
+  if (typeof fn !== 'function') throw new InvalidOptionError('idem: idempotent(fn, options) needs a function');
+  if (!options) throw new InvalidOptionError('idem: idempotent(fn, options) needs options { store, name }');
+  const engine = 'engine' in options ? options.engine : new IdempotencyEngine<Tx>(options);
+  const scope = options.name;
+  if (typeof scope !== 'string' || scope.length === 0 || scope.length > 255) {
+    throw new InvalidOptionError('idem: `name` (the scope of the function’s keys) must be a string of 1-255 characters');
+  }
+  const codec = options.codec ?? jsonCodec<R>();
+  if (typeof codec.encode !== 'function' || typeof codec.decode !== 'function') throw new InvalidOptionError('idem: `codec` needs encode and decode');
+  const keyOption = options.key;
+  const keyOf = typeof keyOption === 'function' ? keyOption : typeof keyOption === 'string' ? () => keyOption : (...args: A) => hashOf(args);
+  const printOf = options.fingerprint ?? ((...args: A) => args);
+  const storeError = options.storeErrors;
+  const keeps = typeof storeError === 'function' ? storeError : () => storeError === true;
+  const waitMs = options.waitMs ?? 0;
+  if (!(Number.isFinite(waitMs) && waitMs >= 0)) throw new InvalidOptionError('idem: waitMs must be a number of ms >= 0');
+
+  const maxAttempts = options.maxAttempts ?? 5;
+  if (!(maxAttempts >= 1)) throw new InvalidOptionError('idem: maxAttempts must be >= 1');
+
+  const outcome = async (call: { key?: string }, ...args: A): Promise<CallOutcome<R>> => {
+    const key = call.key ?? keyOf(...args);
+    const print = fingerprint({ method: 'FUNCTION', path: scope, contentType: 'application/json', body: canonicalBytes(printOf(...args)) });
+    const begun = await engine.begin({ scope, key, fingerprint: print, waitMs });
+    switch (begun.kind) {
+      case 'mismatch':
+        throw new KeyMismatchError(scope, key);
+      case 'in-progress':
+        throw new KeyInProgressError(scope, key, begun.retryAfterMs);
+      case 'replay':
+        return { value: replayed(codec, begun.response), replayed: true };
+      case 'execute':
+        return { value: await run(begun.execution, args), replayed: false };
+    }
+  };
+
+  async function run(execution: Execution<Tx>, args: A): Promise<R> {
+    const crashed = execution.failedAttempts;
+    if (crashed !== undefined && crashed >= maxAttempts) {
+      // protocol.md K23: a crash loop ends; the failure is the key's outcome from now on.
+      const stored = await execution.finish(
+        failureRecord({ name: 'IdempotencyError', code: 'IDEM_FAILED_PERMANENTLY', message: `the function's process ended ${crashed} times inside it` }),
+      );
+      throw new StoredFailureError(readFailure(stored));
+    }
+    const ctx = new FunctionContext<Tx, R>(execution, codec);
+    let value: R;
+    try {
+      value = await fn(ctx, ...args);
+    } catch (error) {
+      if (error instanceof LeaseLostError || execution.status === 'lost') throw error;
+      if (execution.status === 'open' && !(error instanceof IdempotencyError) && keeps(error)) {
+        await execution.finish(failureRecord(error));
+        throw error;
+      }
+      // protocol.md K10: release with the recovery point kept; the next call resumes.
+      await execution.release().catch(() => undefined);
+      throw error;
+    }
+    if (ctx.completed) return ctx.completed.value;
+    if (execution.status !== 'open') throw new InvalidOptionError('idem: the function ended its execution itself; nothing was stored');
+    const stored = await execution.finish(resultRecord(codec, value));
+    return codec.decode(stored.body);
+  }
+
+  const call = (...args: A) => outcome({}, ...args).then((o) => o.value);
+  return Object.assign(call, {
+    withKey:
+      (key: string) =>
+      (...args: A) =>
+        outcome({ key }, ...args).then((o) => o.value),
+    outcome,
+    engine: engine as IdempotencyEngine<unknown>,
+  });
+}
+
+function replayed<R>(codec: ResultCodec<R>, response: StoredResponse): R {
+  if (response.status === FAILURE_STATUS) throw new StoredFailureError(readFailure(response));
+  return codec.decode(response.body);
+}
+
+function canonicalBytes(value: unknown): Uint8Array {
+  return new TextEncoder().encode(canonicalize(value === undefined ? null : value) ?? 'null');
+}
+
+/** The default key: SHA-256 of the arguments' canonical JSON, 64 hex characters. */
+function hashOf(args: unknown[]): string {
+  return createHash('sha256').update(canonicalBytes(args)).digest('hex');
+}

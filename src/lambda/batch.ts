@@ -1,0 +1,168 @@
+/**
+ * Lambda batches from SQS (standard and FIFO), Kinesis and DynamoDB streams, one record at a
+ * time under the claim/phase/finish protocol (protocol.md K18, K35), answered with the partial
+ * batch response (`batchItemFailures`, the event source mapping's `ReportBatchItemFailures`).
+ */
+import { InvalidOptionError } from '../core/errors.js';
+import { IdempotentConsumer, type ConsumerOptions } from '../consumer/consumer.js';
+import type { MessageContext } from '../consumer/context.js';
+import type { Disposition } from '../consumer/types.js';
+import type { EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import {
+  type BatchResponse,
+  type DynamoDbEventLike,
+  dynamoDbSource,
+  type KinesisEventLike,
+  kinesisSource,
+  type RecordSource,
+  type SqsEventLike,
+  sqsSource,
+} from './batch-events.js';
+import { invocationLeaseMs, type LambdaContextLike } from './index.js';
+
+/** Options of a batch handler: an engine (or a store and the engine's options) and the batch's own. */
+export type BatchOptions<Rec, Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } | EngineOptions<Tx>) & {
+  /** The scope the records' keys live in: the queue or the stream, 1-255 characters. */
+  scope: string;
+  /**
+   * The key of a record, e.g. a business id in the body.
+   * @default the message id (SQS) or the event id (Kinesis, DynamoDB)
+   */
+  getKey?: (record: Rec) => string;
+  /**
+   * Added to the invocation's remaining time for each record's lease (as the HTTP handler,
+   * `withIdempotency`): the key stays exclusive while the invocation can still run.
+   * @default 1000
+   */
+  leaseMarginMs?: number;
+  /** See `ConsumerOptions.maxAttempts`: counted from SQS's ApproximateReceiveCount and the key's takeovers (protocol.md K23). */
+  maxAttempts?: number;
+  /** Called with each record's disposition (processed, duplicate, retry, …), for logs and metrics. Must not throw. */
+  onRecord?: (record: Rec, disposition: Disposition) => void;
+};
+
+/** A record's handler: its effects in `ctx.phase` / `ctx.call` / `ctx.complete`. Throw to fail the record. */
+export type RecordHandler<Rec, Tx = unknown, C extends LambdaContextLike = LambdaContextLike> = (
+  record: Rec,
+  ctx: MessageContext<Tx>,
+  context: C,
+) => Promise<unknown>;
+
+/** A batch handler: assignable to aws-lambda's `SQSHandler`, `KinesisStreamHandler`, `DynamoDBStreamHandler`. */
+export type BatchHandler<E, C extends LambdaContextLike = LambdaContextLike> = (event: E, context: C) => Promise<BatchResponse>;
+
+/**
+ * Builds a batch handler over `source`. Records run one after another, in the batch's order. A
+ * record is reported failed (delivered again) unless its key finished: now, or earlier (a
+ * redelivered batch skips the records already done, protocol.md K35). A failed record stops the
+ * rest of its ordering group: the rest of a FIFO message group, the rest of a stream batch.
+ */
+function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaContextLike>(
+  source: RecordSource<Rec>,
+  options: BatchOptions<Rec, Tx>,
+  handler: RecordHandler<Rec, Tx, C>,
+): BatchHandler<E, C> {
+  if (!options) throw new InvalidOptionError('idem: a batch handler needs options { store, scope }');
+  if (typeof handler !== 'function') throw new InvalidOptionError('idem: a batch handler needs a record handler');
+  const { leaseMarginMs = 1000, getKey, onRecord, ...rest } = options;
+  if (!(Number.isFinite(leaseMarginMs) && leaseMarginMs >= 0)) throw new InvalidOptionError('idem: leaseMarginMs must be a number of milliseconds >= 0');
+  const keyOf = getKey ?? ((record: Rec) => source.key(record));
+  const consumerOptions = rest as ConsumerOptions<Tx>;
+  const fixed = new IdempotentConsumer<Tx>(consumerOptions); // validates the options at start-up
+  const consumerFor = (context: C): IdempotentConsumer<Tx> => {
+    if ('engine' in consumerOptions || (consumerOptions as EngineOptions<Tx>).leaseMs !== undefined) return fixed;
+    const remaining = typeof context?.getRemainingTimeInMillis === 'function' ? context.getRemainingTimeInMillis() : undefined;
+    if (remaining === undefined || !Number.isFinite(remaining)) return fixed;
+    // protocol.md K35: each record's lease covers what is left of the invocation (no heartbeat,
+    // as the HTTP handler); a duplicate waits for a holder at most until then.
+    const leaseMs = invocationLeaseMs(remaining, leaseMarginMs);
+    return new IdempotentConsumer<Tx>({ ...consumerOptions, leaseMs, heartbeatMs: 0, waitMs: Math.max(0, Math.floor(remaining - leaseMarginMs)) });
+  };
+  return async function idempotentBatch(event, context) {
+    const failures: Array<{ itemIdentifier: string }> = [];
+    const stopped = new Set<string>();
+    for (const record of event?.Records ?? []) {
+      const group = source.group(record);
+      if (group !== undefined && stopped.has(group)) {
+        failures.push({ itemIdentifier: source.itemIdentifier(record) });
+        continue;
+      }
+      const { body, contentType } = source.payload(record);
+      let disposition: Disposition;
+      try {
+        const message = { id: keyOf(record), body, contentType, attempt: source.attempt(record) };
+        disposition = await consumerFor(context).consume(message, (ctx) => handler(record, ctx, context));
+      } catch (error) {
+        disposition = { action: 'dead-letter', reason: 'invalid-message', error };
+      }
+      try {
+        onRecord?.(record, disposition);
+      } catch {
+        // an observer never changes the outcome
+      }
+      if (disposition.action === 'ack') continue;
+      // Retry and dead-letter alike go back to Lambda: the queue's redrive policy (maxReceiveCount)
+      // or the stream's retry settings decide when a record leaves for the dead-letter queue.
+      failures.push({ itemIdentifier: source.itemIdentifier(record) });
+      if (group !== undefined) stopped.add(group);
+    }
+    return { batchItemFailures: failures };
+  };
+}
+
+/**
+ * An SQS batch handler (standard or FIFO queue): each message's id is its key, its body its
+ * fingerprint. On a FIFO queue a failed message stops the rest of its message group, as AWS
+ * requires; other groups go on.
+ *
+ * @example
+ * ```ts
+ * export const handler: SQSHandler = sqsBatch<Queryable>({ store, scope: 'orders' }, async (record, ctx) => {
+ *   const order = JSON.parse(record.body);
+ *   await ctx.complete((tx) => insertOrder(tx, order));
+ * });
+ * ```
+ * @throws {InvalidOptionError} at creation for bad options
+ */
+export function sqsBatch<Tx = unknown, E extends SqsEventLike = SqsEventLike, C extends LambdaContextLike = LambdaContextLike>(
+  options: BatchOptions<E['Records'][number], Tx>,
+  handler: RecordHandler<E['Records'][number], Tx, C>,
+): BatchHandler<E, C> {
+  return batchHandler<E['Records'][number], E, Tx, C>(sqsSource, options, handler);
+}
+
+/**
+ * A Kinesis stream batch handler: each record's event id is its key, its data its fingerprint.
+ * Records run in order; the first failure stops the batch, and the failed record and those
+ * after it are reported by sequence number, so Lambda retries from it.
+ * @throws {InvalidOptionError} at creation for bad options
+ */
+export function kinesisBatch<Tx = unknown, E extends KinesisEventLike = KinesisEventLike, C extends LambdaContextLike = LambdaContextLike>(
+  options: BatchOptions<E['Records'][number], Tx>,
+  handler: RecordHandler<E['Records'][number], Tx, C>,
+): BatchHandler<E, C> {
+  return batchHandler<E['Records'][number], E, Tx, C>(kinesisSource, options, handler);
+}
+
+/**
+ * A DynamoDB stream batch handler: each record's event id is its key, its keys and images its
+ * fingerprint. Ordered as {@link kinesisBatch}.
+ * @throws {InvalidOptionError} at creation for bad options
+ */
+export function dynamoDbBatch<Tx = unknown, E extends DynamoDbEventLike = DynamoDbEventLike, C extends LambdaContextLike = LambdaContextLike>(
+  options: BatchOptions<E['Records'][number], Tx>,
+  handler: RecordHandler<E['Records'][number], Tx, C>,
+): BatchHandler<E, C> {
+  return batchHandler<E['Records'][number], E, Tx, C>(dynamoDbSource, options, handler);
+}
+
+/**
+ * A Middy middleware running a batch handler: `middy().use(batchIdempotency(sqsBatch(options,
+ * recordHandler)))`, after your parsers and loggers. It answers the partial batch response
+ * from `before`, so Middy's own handler does not run.
+ */
+export function batchIdempotency<E, C extends LambdaContextLike>(
+  batch: BatchHandler<E, C>,
+): { before(request: { event: E; context: C }): Promise<BatchResponse> } {
+  return { before: (request) => batch(request.event, request.context) };
+}

@@ -1,0 +1,61 @@
+import { idemProblem, ProblemKind } from '../http/problem.js';
+import type { IdempotencyContext } from '../http/context.js';
+import { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
+import { type WebhookPreset, WebhookRefusedError } from './presets.js';
+
+/** Options of {@link webhookReceiver}: the HTTP options (store, lease, wait mode, …) but the key, which the preset gives. */
+export type WebhookOptions<Tx = unknown> = Omit<IdempotencyOptions<Tx>, 'getKey' | 'required' | 'scope' | 'keyHeader'> & {
+  /**
+   * The scope delivery ids live in: one per provider and endpoint (or account).
+   * @default `webhook:<provider>`
+   */
+  scope?: string;
+};
+
+/** A webhook handler: the verified delivery (its body readable again) and idem's context (`undefined` for a signed request that is not a delivery, e.g. Slack's url_verification). */
+export type WebhookHandler<Tx = unknown> = (request: Request, idem: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>;
+
+/**
+ * A webhook endpoint over any fetch-style runtime (Hono, Next route handlers, Bun, Deno,
+ * Cloudflare; Express through a fetch bridge). protocol.md K37: the provider's signature is
+ * checked over the exact body bytes **before** the claim — a bad one is answered 401 (Stripe:
+ * 400) as `application/problem+json` and claims nothing — then the delivery runs under its
+ * delivery id: a redelivery of a finished one replays the stored (2xx) response without
+ * running the handler; one arriving while the first runs gets 409 with `Retry-After`, or waits
+ * for the result with `inProgress: { wait }`.
+ *
+ * @example
+ * ```ts
+ * const receive = webhookReceiver(github({ secret }), { store });
+ * app.post('/webhooks/github', (c) => receive(c.req.raw, async (req, idem) => {
+ *   const event = await req.json();
+ *   await idem!.phase('recorded', (tx) => saveEvent(tx, event));
+ *   return new Response(null, { status: 204 });
+ * }));
+ * ```
+ * @throws {InvalidOptionError} at creation for bad options
+ */
+export function webhookReceiver<Tx = unknown>(
+  preset: WebhookPreset,
+  options: WebhookOptions<Tx>,
+): (request: Request, handler: WebhookHandler<Tx>) => Promise<Response> {
+  if (!preset || typeof preset.verify !== 'function') throw new TypeError('idem/webhooks: webhookReceiver needs a preset, e.g. github({ secret })');
+  const scope = options.scope ?? `webhook:${preset.name}`;
+  const ids = new WeakMap<Headers, string>();
+  const core = new HttpIdempotency<Tx>({ ...options, scope: () => scope, getKey: (input) => ids.get(input.headers), required: false });
+  return async function receive(request, handler) {
+    const body = new Uint8Array(await request.arrayBuffer());
+    let id: string | undefined;
+    try {
+      id = await preset.verify({ headers: request.headers, body });
+    } catch (error) {
+      if (!(error instanceof WebhookRefusedError)) throw error;
+      // protocol.md K37: refused before the claim; nothing is consumed.
+      return idemProblem(ProblemKind.WebhookRefused, preset.refusedStatus, `${error.message}.`);
+    }
+    const verified = new Request(request.url, { method: request.method, headers: request.headers, body: body.length > 0 ? body : null });
+    if (id === undefined) return handler(verified, undefined);
+    ids.set(verified.headers, id);
+    return core.handle(verified, handler);
+  };
+}
