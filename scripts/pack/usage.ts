@@ -50,6 +50,8 @@ import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
+import { MySqlStore } from 'idem/mysql';
+import mysql from 'mysql2/promise';
 import type { Generated, Kysely } from 'kysely';
 import { kysely } from 'idem/kysely';
 import { type PrismaRawLike, prisma } from 'idem/prisma';
@@ -210,6 +212,13 @@ interface PrismaTxLike extends PrismaRawLike {
 declare const prismaClient: PrismaRawLike & { $transaction<R>(fn: (tx: PrismaTxLike) => Promise<R>, options?: { timeout?: number }): Promise<R> };
 const prismaEngine = new IdempotencyEngine({ store: new PostgresStore({ client: prisma(prismaClient, { transaction: { timeout: 10_000 } }) }) });
 void prismaEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', (tx) => tx.charge.create({ data: { amount: 1 } })));
+
+// MySQL / MariaDB on a mysql2 promise pool: a phase's tx is the pool's own PoolConnection.
+const mysqlStore = new MySqlStore({ client: mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }), storeTimeoutMs: 5000 });
+const mysqlEngine = new IdempotencyEngine({ store: mysqlStore });
+void mysqlEngine
+  .takeOver({ scope: 's', key: 'k', token: 1 })
+  .then((run) => run?.phase('charge', async (tx) => (await tx.query('INSERT INTO charges (amount) VALUES (?)', [1]))[0]));
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
