@@ -147,7 +147,10 @@ export class IdempotencyEngine<Tx = unknown> {
       throw new InvalidOptionError('idem: inProgress.wait must be a number of ms from 0 to leaseMs');
     }
     if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
-      throw new InvalidOptionError('idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })');
+      const why = this.store.noSubscribe ? ` (${this.store.noSubscribe})` : '';
+      throw new InvalidOptionError(
+        `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`,
+      );
     }
     const cache = options.replayCache;
     this.replayCache = cache === undefined ? undefined : cache instanceof ReplayCache ? cache : new ReplayCache(cache);

@@ -82,6 +82,11 @@ const MAX_ID_BYTES = 1020;
  */
 export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> implements IdempotencyStore<C> {
   readonly table: string;
+  /**
+   * Wait mode (protocol.md K17) is refused: MySQL and MariaDB have no LISTEN/NOTIFY, and idem
+   * does not poll the table for a key's change. A duplicate in progress gets the 409.
+   */
+  readonly noSubscribe = 'MySQL and MariaDB have no LISTEN/NOTIFY to wake a waiting duplicate, and idem does not poll the table';
   private readonly sql: MySqlStatements;
   private readonly db: MySqlExecutor<C>;
   private readonly inlineMaxBytes: number;

@@ -254,6 +254,12 @@ export interface IdempotencyStore<Tx = unknown> {
    * (the caller reads again); a wake-up that never comes only costs the caller its wait.
    */
   subscribe?(scope: string, key: string): Promise<KeyChanges>;
+
+  /**
+   * Optional: why this store has no {@link subscribe} (e.g. its database cannot notify), named
+   * in the `InvalidOptionError` an engine with `inProgress.wait` throws on it.
+   */
+  readonly noSubscribe?: string;
 }
 
 /**
