@@ -14,6 +14,7 @@ import { needs } from './helpers/services.js';
 import { openMySqlDatabase } from './helpers/mysql-stores.js';
 import { tableName } from './helpers/engines.js';
 import { claimedToken, claimInput } from './helpers/store-contract.js';
+import { run } from '../src/cli/program.js';
 
 describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
   let db: Awaited<ReturnType<typeof openMySqlDatabase>>;
@@ -47,8 +48,8 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
   it('migrates idempotently and reports whether it created the table', async () => {
     const table = tableName();
     const store = new MySqlStore({ client: pool, table });
-    assert.deepEqual(await store.migrate(), { table: 'created' });
-    assert.deepEqual(await store.migrate(), { table: 'exists' });
+    assert.deepEqual(await store.migrate(), { table: 'created', partitionsCreated: [] });
+    assert.deepEqual(await store.migrate(), { table: 'exists', partitionsCreated: [] });
     await store.dropTables();
   });
 
@@ -96,6 +97,35 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
     const [rows] = await pool.query(`SELECT COUNT(*) AS n FROM \`${store.table}_tokens\``);
     assert.equal(Number((rows as Array<{ n: number }>)[0]!.n), 1);
     assert.ok(claimedToken(await store.claim(claimInput('c'))) > first + 1);
+    await store.dropTables();
+  });
+
+  it('runs the CLI on a mysql:// URL: migrate, inspect, stats, sweep (dry run and for real)', async () => {
+    const table = tableName();
+    const lines: string[] = [];
+    const io = { out: (l: string) => void lines.push(l), err: (l: string) => void lines.push(`ERR ${l}`), progressStream: process.stderr };
+    const cli = async (...args: string[]) => {
+      lines.length = 0;
+      const code = await run(['node', 'idem', ...args, '--database-url', db.url, '--table', table, '--json'], io);
+      assert.equal(code, 0, lines.join('\n'));
+      return JSON.parse(lines.at(-1)!) as Record<string, unknown>;
+    };
+    assert.equal((await cli('migrate')).result, 'created');
+    const store = new MySqlStore({ client: pool, table });
+    const token = claimedToken(await store.claim(claimInput('cli-key')));
+    await store.commit({ scope: 'tenant-1', key: 'cli-key', token }, () => ({
+      kind: 'finish',
+      response: { status: 201, headers: [['content-type', 'text/plain']], body: new TextEncoder().encode('hello') },
+    }));
+    const inspected = await cli('inspect', 'tenant-1', 'cli-key');
+    assert.equal(inspected.state, 'done');
+    assert.equal(inspected.token, String(token));
+    assert.deepEqual(inspected.response, { status: 201, headers: [['content-type', 'text/plain']], bytes: 5, storage: 'inline', keyId: null });
+    assert.equal((await cli('stats')).done, 1);
+    await pool.query(`UPDATE \`${table}\` SET created_at = created_at - INTERVAL 2 DAY`);
+    assert.equal((await cli('sweep', '--dry-run')).sweepable, 1);
+    assert.equal((await cli('sweep', '--no-progress')).deleted, 1);
+    assert.equal((await cli('stats')).total, 0);
     await store.dropTables();
   });
 });

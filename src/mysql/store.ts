@@ -82,6 +82,10 @@ const MAX_ID_BYTES = 1020;
  */
 export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> implements IdempotencyStore<C> {
   readonly table: string;
+  /** No partitioned mode on MySQL (the operator tools read it as PostgresStore's). */
+  readonly partitioning = undefined;
+  /** No distributed mode on MySQL. */
+  readonly distributed = undefined;
   /**
    * Wait mode (protocol.md K17) is refused: MySQL and MariaDB have no LISTEN/NOTIFY, and idem
    * does not poll the table for a key's change. A duplicate in progress gets the 409.
@@ -128,7 +132,7 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
    * so that hosts starting at once do not race. Idempotent.
    * @returns `created` when the key table is new, else `exists`
    */
-  async migrate(): Promise<{ table: 'created' | 'exists' }> {
+  async migrate(): Promise<{ table: 'created' | 'exists'; partitionsCreated: string[] }> {
     const [database, name] = this.table.includes('.') ? this.table.split('.') : [null, this.table];
     const conn = await this.db.checkout();
     const lock = `idem:migrate:${this.table}`;
@@ -137,13 +141,19 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
       try {
         const existed = Number((await this.db.on<MySqlRow[]>(conn, this.sql.tableExists, [name, database], false))[0]!.n) > 0;
         for (const statement of [this.sql.createTable, this.sql.createBlobs, this.sql.createTokens]) await this.db.on(conn, statement, [], false);
-        return { table: existed ? 'exists' : 'created' };
+        return { table: existed ? 'exists' : 'created', partitionsCreated: [] };
       } finally {
         await this.db.on(conn, this.sql.unlockMigration, [lock], false);
       }
     } finally {
       this.db.release(conn);
     }
+  }
+
+  /** `plain` when the key table exists, undefined before {@link migrate} (MySQL tables are never partitioned). */
+  async tableMode(): Promise<'plain' | undefined> {
+    const [database, name] = this.table.includes('.') ? this.table.split('.') : [null, this.table];
+    return Number((await this.db.rows(this.sql.tableExists, [name, database], false))[0]!.n) > 0 ? 'plain' : undefined;
   }
 
   /** A new fencing token (sql.ts `drawToken`). */
