@@ -135,5 +135,5 @@ export function mysqlFactory(name: string, options: Partial<MySqlStoreOptions<Po
 /** The MySQL entries, when MYSQL_URL is set. */
 export function mysqlFactories(): StoreFactory[] {
   if (!serviceUrl('MYSQL_URL')) return [];
-  return [mysqlFactory('MySqlStore on MariaDB/MySQL (mysql2)')];
+  return [{ ...mysqlFactory('MySqlStore on MariaDB/MySQL (mysql2)'), adapterHarnesses: ['hono', 'express'] }];
 }

@@ -123,6 +123,12 @@ export interface StoreFactory {
    * (test/helpers/adapter-run.ts; docs/architecture.md, "What each suite proves").
    */
   adapterMatrix?: boolean;
+  /**
+   * Harnesses (by name) the adapter contract runs on this store in the full matrix besides the
+   * web core, for a store outside {@link adapterMatrix} whose own HTTP behaviour is proven on a
+   * few frameworks (MySQL: Hono and Express).
+   */
+  adapterHarnesses?: string[];
   connect(): Promise<StoreBackend>;
 }
 
