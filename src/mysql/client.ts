@@ -55,3 +55,27 @@ export function rowsMatched(header: MySqlResultHeader): number {
   const info = typeof header.info === 'string' ? /Rows matched:\s*(\d+)/.exec(header.info) : null;
   return info ? Number(info[1]) : Number(header.affectedRows);
 }
+
+/** Marks a {@link MySqlDriver} (a client other than a bare mysql2 pool). */
+export const MYSQL_DRIVER: unique symbol = Symbol.for('idem.mysql.driver');
+
+/**
+ * A client over a mysql2 pool whose transactions are its own (an ORM): idem's statements run
+ * on the pool outside a phase, and inside one on the connection of the client's transaction,
+ * so the fenced recovery point commits with the user's writes (protocol.md K4, K5).
+ * @typeParam Tx the client's transaction object, a phase's `tx`
+ */
+export interface MySqlDriver<Tx> {
+  readonly [MYSQL_DRIVER]: true;
+  /** For messages. */
+  readonly name: string;
+  /** The mysql2 promise pool under the client. */
+  readonly pool: MySqlPoolLike;
+  /** Runs `fn` in the client's transaction: `tx` for the user, `conn` the connection it holds. Commits on resolve, rolls back on throw. */
+  transaction<T>(fn: (tx: Tx, conn: MySqlConnectionLike) => Promise<T>): Promise<T>;
+}
+
+/** Whether `client` is a {@link MySqlDriver}. */
+export function isMySqlDriver(client: unknown): client is MySqlDriver<unknown> {
+  return typeof client === 'object' && client !== null && (client as { [MYSQL_DRIVER]?: unknown })[MYSQL_DRIVER] === true;
+}

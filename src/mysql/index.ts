@@ -1,3 +1,12 @@
 export { MySqlStore, type MySqlStoreOptions } from './store.js';
-export type { MySqlPoolLike, MySqlConnectionLike, MySqlQueryOptions, MySqlResultHeader } from './client.js';
+export {
+  MYSQL_DRIVER,
+  isMySqlDriver,
+  type MySqlDriver,
+  type MySqlPoolLike,
+  type MySqlConnectionLike,
+  type MySqlQueryOptions,
+  type MySqlResultHeader,
+} from './client.js';
+export { drizzleMySql, type DrizzleMySqlLike } from './drizzle.js';
 export { StoreTimeoutError } from '../store/deadline.js';

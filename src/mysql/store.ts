@@ -20,18 +20,21 @@ import type {
   RequestSnapshot,
   TakeOverResult,
 } from '../store/types.js';
-import { type MySqlConnectionLike, type MySqlPoolLike, type MySqlResultHeader, type MySqlRow, rowsMatched } from './client.js';
+import { isMySqlDriver, type MySqlConnectionLike, type MySqlDriver, type MySqlPoolLike, type MySqlResultHeader, type MySqlRow, rowsMatched } from './client.js';
 import { MySqlExecutor } from './executor.js';
 import { leaseExpired, phaseResults, readRecord, retentionExpired, text } from './rows.js';
 import { type MySqlStatements, mysqlStatements } from './sql.js';
 
 /**
  * Options of {@link MySqlStore}.
- * @typeParam C the pool's connection type: what a phase's effects receive as `tx`
+ * @typeParam Tx what a phase's effects receive: the pool's connection, or the driver's transaction
  */
-export interface MySqlStoreOptions<C extends MySqlConnectionLike = MySqlConnectionLike> {
-  /** A mysql2 promise pool: `mysql.createPool(…)` from `mysql2/promise`. */
-  client: MySqlPoolLike<C>;
+export interface MySqlStoreOptions<Tx = MySqlConnectionLike> {
+  /**
+   * A mysql2 promise pool (`mysql.createPool(…)` from `mysql2/promise`): a phase's `tx` is its
+   * `PoolConnection`. Or a client over one, whose transaction a phase gets: `drizzleMySql(db)`.
+   */
+  client: MySqlPoolLike<Tx & MySqlConnectionLike> | MySqlDriver<Tx>;
   /**
    * Table name, optionally database-qualified; `<table>_blobs` and `<table>_tokens` go beside it.
    * @default 'idempotency_keys'
@@ -80,7 +83,7 @@ const MAX_ID_BYTES = 1020;
  * await store.migrate();
  * ```
  */
-export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> implements IdempotencyStore<C> {
+export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx> {
   readonly table: string;
   /** No partitioned mode on MySQL (the operator tools read it as PostgresStore's). */
   readonly partitioning = undefined;
@@ -92,7 +95,8 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
    */
   readonly noSubscribe = 'MySQL and MariaDB have no LISTEN/NOTIFY to wake a waiting duplicate, and idem does not poll the table';
   private readonly sql: MySqlStatements;
-  private readonly db: MySqlExecutor<C>;
+  private readonly db: MySqlExecutor<MySqlConnectionLike>;
+  private readonly driver: MySqlDriver<Tx> | undefined;
   private readonly inlineMaxBytes: number;
   private readonly cipher: ResponseCipher | undefined;
   private readonly reader;
@@ -101,8 +105,10 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
    * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes` or
    *   `storeTimeoutMs`, bad encryption keys, or a client without `getConnection`
    */
-  constructor(options: MySqlStoreOptions<C>) {
-    if (typeof options.client?.getConnection !== 'function') {
+  constructor(options: MySqlStoreOptions<Tx>) {
+    this.driver = isMySqlDriver(options.client) ? (options.client as MySqlDriver<Tx>) : undefined;
+    const pool = this.driver ? this.driver.pool : (options.client as MySqlPoolLike);
+    if (typeof pool?.getConnection !== 'function') {
       throw new InvalidOptionError('idem/mysql: client must be a mysql2 promise Pool (mysql.createPool from mysql2/promise)');
     }
     const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
@@ -115,7 +121,7 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
       throw new InvalidOptionError((error as Error).message);
     }
     this.table = this.sql.table;
-    this.db = new MySqlExecutor(options.client, timeoutMs);
+    this.db = new MySqlExecutor(pool, timeoutMs);
     const enc = options.encryption;
     this.cipher = enc === undefined ? undefined : 'seal' in enc ? enc : aesGcmCipher(enc);
     this.reader = {
@@ -230,9 +236,9 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
     };
   }
 
-  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: C) => Promise<T>): Promise<Fenced<T>>;
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
   commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced>;
-  async commit<T>(ref: KeyRef, record: (value: T | undefined) => CommitRecord, effects?: (tx: C) => Promise<T>): Promise<Fenced<T> | Fenced> {
+  async commit<T>(ref: KeyRef, record: (value: T | undefined) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T> | Fenced> {
     if (!effects) {
       const rec = record(undefined);
       // An out-of-line body needs a transaction for the row and its blob; anything else is one statement.
@@ -241,13 +247,15 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
       }
     }
     try {
-      const value = await this.db.transaction(async (conn) => {
-        const value = effects ? await effects(conn) : (undefined as T);
+      const body = async (tx: Tx, conn: MySqlConnectionLike) => {
+        const value = effects ? await effects(tx) : (undefined as T);
         // The fenced write comes last (protocol.md Q4): no row matched means another worker took
         // the key over while the effects ran; throwing rolls the effects back with it.
         if (!(await this.write(conn, ref, record(value)))) throw FENCED;
         return value;
-      });
+      };
+      // A driver's phase runs in the client's own transaction; a pool's on its connection.
+      const value = this.driver && effects ? await this.driver.transaction(body) : await this.db.transaction((conn) => body(conn as Tx, conn));
       return { kind: 'ok', value };
     } catch (error) {
       if (error === FENCED) return { kind: 'fenced' };
@@ -260,7 +268,7 @@ export class MySqlStore<C extends MySqlConnectionLike = MySqlConnectionLike> imp
    * for an out-of-line body, whose blob is written after the fenced UPDATE matched).
    * @returns false when fenced
    */
-  private async write(conn: C | undefined, ref: KeyRef, rec: CommitRecord): Promise<boolean> {
+  private async write(conn: MySqlConnectionLike | undefined, ref: KeyRef, rec: CommitRecord): Promise<boolean> {
     const run = (sql: string, values: unknown[]) => (conn ? this.db.on<MySqlResultHeader>(conn, sql, values) : this.db.write(sql, values));
     const scope = b(ref.scope);
     const key = b(ref.key);

@@ -7,11 +7,16 @@
  */
 import { randomBytes } from 'node:crypto';
 import mysql, { type Pool, type PoolConnection, type RowDataPacket } from 'mysql2/promise';
-import { MySqlStore, type MySqlStoreOptions } from '../../src/mysql/index.js';
+import { drizzle, type MySql2Database } from 'drizzle-orm/mysql2';
+import { sql } from 'drizzle-orm';
+import { drizzleMySql, MySqlStore, type MySqlStoreOptions } from '../../src/mysql/index.js';
 import { serviceUrl } from './services.js';
 import { tableName } from './engines.js';
 import type { KeyRow } from './http.js';
 import type { StoreFactory, StoreHarness } from './stores.js';
+
+/** Drizzle's transaction on mysql2. */
+type DrizzleTx = Parameters<Parameters<MySql2Database['transaction']>[0]>[0];
 
 /** A database of its own on MYSQL_URL's server, and a pool on it; `close` drops the database. */
 export async function openMySqlDatabase(options: mysql.PoolOptions = {}): Promise<{ pool: Pool; database: string; url: string; close(): Promise<void> }> {
@@ -37,8 +42,32 @@ export async function openMySqlDatabase(options: mysql.PoolOptions = {}): Promis
   };
 }
 
+/**
+ * How a phase's `tx` writes through one client: what the store gets as `client`, the business
+ * row (the contract's effect), and the backdoor that moves the key's token inside the commit.
+ * @typeParam Tx the client's transaction object
+ */
+export interface MySqlClientUnderTest<Tx> {
+  client: MySqlStoreOptions<Tx>['client'];
+  insert(tx: Tx, side: string, note: string): Promise<void>;
+  bumpToken(tx: Tx, table: string, scope: Buffer, key: Buffer): Promise<void>;
+}
+
+/** mysql2 itself: a phase's `tx` is the pool's `PoolConnection`. */
+const onPool = (pool: Pool): MySqlClientUnderTest<PoolConnection> => ({
+  client: pool,
+  insert: async (tx, side, note) => void (await tx.query(`INSERT INTO \`${side}\` (note) VALUES (?)`, [note])),
+  bumpToken: async (tx, table, scope, key) =>
+    void (await tx.query(`UPDATE \`${table}\` SET lock_version = lock_version + 1 WHERE scope = ? AND \`key\` = ?`, [scope, key])),
+});
+
 /** The MySQL store on a database of its own, every `fresh()` a new table. */
-export function mysqlFactory(name: string, options: Partial<MySqlStoreOptions<PoolConnection>> = {}, contractOnly = false): StoreFactory {
+export function mysqlFactory<Tx = PoolConnection>(
+  name: string,
+  options: Partial<MySqlStoreOptions<Tx>> = {},
+  contractOnly = false,
+  on: (pool: Pool) => MySqlClientUnderTest<Tx> = onPool as unknown as (pool: Pool) => MySqlClientUnderTest<Tx>,
+): StoreFactory {
   return {
     name,
     contractOnly,
@@ -52,16 +81,17 @@ export function mysqlFactory(name: string, options: Partial<MySqlStoreOptions<Po
         async fresh() {
           const table = tableName();
           const side = `${table}_side`;
-          const store = new MySqlStore({ ...options, client: pool, table });
+          const under = on(pool);
+          const store = new MySqlStore<Tx>({ ...options, client: under.client, table });
           await store.migrate();
           await q(`CREATE TABLE \`${side}\` (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT NOT NULL) ENGINE=InnoDB`);
           const where = 'WHERE scope = ? AND `key` = ?';
           const id = (scope: string, key: string) => [Buffer.from(scope), Buffer.from(key)];
-          const harness: StoreHarness<PoolConnection> = {
+          const harness: StoreHarness<Tx> = {
             store,
             sweep: (o) => store.sweep(o),
             effect: (note) => async (tx) => {
-              await tx.query(`INSERT INTO \`${side}\` (note) VALUES (?)`, [note]);
+              await under.insert(tx, side, note);
               return { note };
             },
             effects: async () => (await q(`SELECT note FROM \`${side}\` ORDER BY id`)).map((r) => String(r.note)),
@@ -81,7 +111,7 @@ export function mysqlFactory(name: string, options: Partial<MySqlStoreOptions<Po
             snapshot: async (scope, key) => (await q(`SELECT * FROM \`${table}\` ${where}`, id(scope, key)))[0],
             count: async () => Number((await q(`SELECT COUNT(*) AS n FROM \`${table}\``))[0]!.n),
             async staleInTx(tx, scope, key) {
-              await tx.query(`UPDATE \`${table}\` SET lock_version = lock_version + 1 ${where}`, id(scope, key));
+              await under.bumpToken(tx, table, Buffer.from(scope), Buffer.from(key));
             },
             dump: async () =>
               (await q(`SELECT * FROM \`${table}\``))
@@ -132,8 +162,26 @@ export function mysqlFactory(name: string, options: Partial<MySqlStoreOptions<Po
   };
 }
 
+/** Drizzle on the pool (`drizzleMySql`): a phase's `tx` is Drizzle's transaction, written with Drizzle's `sql` template. */
+function onDrizzle(pool: Pool): MySqlClientUnderTest<DrizzleTx> {
+  const db = drizzle({ client: pool });
+  return {
+    client: drizzleMySql(db),
+    insert: async (tx, side, note) => void (await tx.execute(sql`INSERT INTO ${sql.identifier(side)} (note) VALUES (${note})`)),
+    bumpToken: async (tx, table, scope, key) =>
+      void (await tx.execute(
+        sql`UPDATE ${sql.identifier(table)} SET lock_version = lock_version + 1 WHERE scope = ${scope} AND ${sql.identifier('key')} = ${key}`,
+      )),
+  };
+}
+
 /** The MySQL entries, when MYSQL_URL is set. */
 export function mysqlFactories(): StoreFactory[] {
   if (!serviceUrl('MYSQL_URL')) return [];
-  return [{ ...mysqlFactory('MySqlStore on MariaDB/MySQL (mysql2)'), adapterHarnesses: ['hono', 'express'] }];
+  return [
+    { ...mysqlFactory('MySqlStore on MariaDB/MySQL (mysql2)'), adapterHarnesses: ['hono', 'express'] },
+    // Drizzle's transaction as a phase's tx: the store contract shows its fenced phase leaves no
+    // business row; the engine and HTTP suites on the mysql2 entry cover the rest.
+    mysqlFactory('MySqlStore on Drizzle (drizzle-orm/mysql2)', {}, true, onDrizzle),
+  ];
 }
