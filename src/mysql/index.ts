@@ -10,3 +10,4 @@ export {
 } from './client.js';
 export { drizzleMySql, type DrizzleMySqlLike } from './drizzle.js';
 export { StoreTimeoutError } from '../store/deadline.js';
+export { kyselyMySql, type KyselyMySqlLike } from './kysely.js';

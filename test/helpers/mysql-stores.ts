@@ -9,7 +9,8 @@ import { randomBytes } from 'node:crypto';
 import mysql, { type Pool, type PoolConnection, type RowDataPacket } from 'mysql2/promise';
 import { drizzle, type MySql2Database } from 'drizzle-orm/mysql2';
 import { sql } from 'drizzle-orm';
-import { drizzleMySql, MySqlStore, type MySqlStoreOptions } from '../../src/mysql/index.js';
+import { CompiledQuery, type Generated, Kysely, MysqlDialect, type Transaction } from 'kysely';
+import { drizzleMySql, kyselyMySql, MySqlStore, type MySqlStoreOptions } from '../../src/mysql/index.js';
 import { serviceUrl } from './services.js';
 import { tableName } from './engines.js';
 import type { KeyRow } from './http.js';
@@ -175,6 +176,18 @@ function onDrizzle(pool: Pool): MySqlClientUnderTest<DrizzleTx> {
   };
 }
 
+/** Kysely's MysqlDialect on the pool (`kyselyMySql`): a phase's `tx` is Kysely's `Transaction`. */
+function onKysely(pool: Pool): MySqlClientUnderTest<Transaction<Record<string, { id: Generated<number>; note: string }>>> {
+  // The pool Kysely is given is a callback pool (its MysqlDialect calls getConnection(callback)).
+  const db = new Kysely<Record<string, { id: Generated<number>; note: string }>>({ dialect: new MysqlDialect({ pool: pool.pool }) });
+  return {
+    client: kyselyMySql(db, pool),
+    insert: async (tx, side, note) => void (await tx.insertInto(side).values({ note }).execute()),
+    bumpToken: async (tx, table, scope, key) =>
+      void (await tx.executeQuery(CompiledQuery.raw(`UPDATE \`${table}\` SET lock_version = lock_version + 1 WHERE scope = ? AND \`key\` = ?`, [scope, key]))),
+  };
+}
+
 /** The MySQL entries, when MYSQL_URL is set. */
 export function mysqlFactories(): StoreFactory[] {
   if (!serviceUrl('MYSQL_URL')) return [];
@@ -183,5 +196,6 @@ export function mysqlFactories(): StoreFactory[] {
     // Drizzle's transaction as a phase's tx: the store contract shows its fenced phase leaves no
     // business row; the engine and HTTP suites on the mysql2 entry cover the rest.
     mysqlFactory('MySqlStore on Drizzle (drizzle-orm/mysql2)', {}, true, onDrizzle),
+    mysqlFactory('MySqlStore on Kysely (MysqlDialect)', {}, true, onKysely),
   ];
 }
