@@ -9,7 +9,7 @@ import { drizzle } from 'drizzle-orm/mysql2';
 import { int, mysqlTable } from 'drizzle-orm/mysql-core';
 import type { Pool, PoolConnection } from 'mysql2/promise';
 import { IdempotencyEngine } from '../src/engine/engine.js';
-import { type Generated, Kysely } from 'kysely';
+import type { Generated, Kysely } from 'kysely';
 import { drizzleMySql, kyselyMySql, MySqlStore } from '../src/mysql/index.js';
 import type { TxOf } from '../src/store/types.js';
 
