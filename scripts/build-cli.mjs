@@ -20,7 +20,7 @@ const result = await build({
   platform: 'node',
   format: 'esm',
   target: 'node20',
-  external: ['pg', '@electric-sql/pglite', '@opentelemetry/api'],
+  external: ['pg', '@electric-sql/pglite', '@opentelemetry/api', 'mysql2', 'mysql2/promise'],
   // CommonJS dependencies call require() for Node built-ins; an ESM bundle needs one.
   banner: { js: "import { createRequire as __idemCreateRequire } from 'node:module';\nconst require = __idemCreateRequire(import.meta.url);" },
   legalComments: 'eof',

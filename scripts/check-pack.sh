@@ -56,7 +56,7 @@ echo "runtime dependencies: $DEPS"
 for dep in $DEPS; do
   case "$dep" in
     commander | cli-progress | ms | idb-keyval | write-file-atomic | pg | postgres | @electric-sql/pglite | hono | express | \
-      fastify | koa | next | @nestjs/* | rxjs | reflect-metadata | @middy/* | redis | @redis/* | ioredis | @opentelemetry/*)
+      fastify | koa | next | @nestjs/* | rxjs | reflect-metadata | @middy/* | redis | @redis/* | ioredis | mysql2 | @opentelemetry/*)
       echo "check-pack: $dep must not be a runtime dependency" >&2
       exit 1
       ;;
@@ -115,7 +115,7 @@ echo "== idem/otel without @opentelemetry/api: a typed error from openTelemetry(
 ')
 
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
-for peer in pg postgres kysely drizzle-orm @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
+for peer in pg postgres mysql2 kysely drizzle-orm @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
   fastify koa @nestjs/common @nestjs/core rxjs reflect-metadata next @middy/core \
   @types/node @types/pg @types/express @types/koa @types/write-file-atomic @types/aws-lambda typescript; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"

@@ -98,7 +98,7 @@ describe('idem CLI basics', { timeout: TIMEOUT_MS }, () => {
       assertOneLineError(await idem(['sweep', ...data, '--max-duration', '30']), /--max-duration takes a duration with a unit/);
       assertOneLineError(await idem(['sweep', ...data, '--retention', 'soon']), /--retention takes a duration with a unit/);
       assertOneLineError(await idem(['stats', '--database-url', 'not a url']), /--database-url is not a URL/);
-      assertOneLineError(await idem(['stats', '--database-url', 'mysql://localhost/x']), /must start with postgres:\/\//);
+      assertOneLineError(await idem(['stats', '--database-url', 'mongodb://localhost/x']), /must start with postgres:\/\//);
       assertOneLineError(
         await idem(['stats', '--database-url', 'postgres://127.0.0.1:1/none']),
         /cannot connect to postgres:\/\/127\.0\.0\.1:1\/none: .*ECONNREFUSED/,

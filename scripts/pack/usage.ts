@@ -55,6 +55,8 @@ import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
+import { MySqlStore } from 'idem/mysql';
+import mysql from 'mysql2/promise';
 import type { Generated, Kysely } from 'kysely';
 import { kysely } from 'idem/kysely';
 import { type PrismaRawLike, prisma } from 'idem/prisma';
@@ -241,6 +243,13 @@ const webhookAnswer: Response = await receiveGithub(
   async () => new Response(null, { status: 204 }),
 );
 void webhookAnswer;
+
+// MySQL / MariaDB on a mysql2 promise pool: a phase's tx is the pool's own PoolConnection.
+const mysqlStore = new MySqlStore({ client: mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }), storeTimeoutMs: 5000 });
+const mysqlEngine = new IdempotencyEngine({ store: mysqlStore });
+void mysqlEngine
+  .takeOver({ scope: 's', key: 'k', token: 1 })
+  .then((run) => run?.phase('charge', async (tx) => (await tx.query('INSERT INTO charges (amount) VALUES (?)', [1]))[0]));
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

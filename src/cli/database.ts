@@ -13,7 +13,10 @@ import type { SqlClient } from '../postgres/client.js';
 export const DEFAULT_DATA_DIR = './.idem-data';
 
 export interface CliDatabase {
+  /** A pg.Pool or PGlite; with a `mysql://` URL, a mysql2 promise pool (`kind` `mysql`). */
   client: SqlClient;
+  /** `mysql` for a MySQL or MariaDB server (`mysql://`, `mariadb://`), else `postgres`. */
+  kind: 'postgres' | 'mysql';
   /** Where the data lives, for messages: the URL without its password, or the data directory. */
   location: string;
   close(): Promise<void>;
@@ -42,21 +45,14 @@ export async function openDatabase(options: { databaseUrl?: string; dataDir?: st
     } catch {
       throw new CliError(`--database-url is not a URL: ${JSON.stringify(options.databaseUrl)}`);
     }
+    if (url.protocol === 'mysql:' || url.protocol === 'mariadb:') return openMySql(url);
     if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
-      throw new CliError(`--database-url must start with postgres:// or postgresql://, got ${url.protocol}//`);
+      throw new CliError(`--database-url must start with postgres://, postgresql://, mysql:// or mariadb://, got ${url.protocol}//`);
     }
     const pg = await importDriver<typeof import('pg')>('pg');
     const pool = new pg.default.Pool({ connectionString: options.databaseUrl, max: 4, connectionTimeoutMillis: 10_000 });
     pool.on('error', () => undefined); // an idle connection dropped by the server: the next query reports it
-    url.password = '';
-    const location = url.toString();
-    try {
-      await pool.query('SELECT 1');
-    } catch (error) {
-      await pool.end().catch(() => undefined);
-      throw new CliError(`cannot connect to ${location}: ${describeError(error)}`, { cause: error });
-    }
-    return { client: pool, location, close: () => pool.end() };
+    return checked(url, pool, { client: pool, kind: 'postgres' });
   }
   const dataDir = options.dataDir ?? DEFAULT_DATA_DIR;
   const { PGlite } = await importDriver<typeof import('@electric-sql/pglite')>('@electric-sql/pglite');
@@ -65,6 +61,7 @@ export async function openDatabase(options: { databaseUrl?: string; dataDir?: st
     const db = await PGlite.create(dataDir);
     return {
       client: db,
+      kind: 'postgres',
       location: dataDir,
       close: async () => {
         await db.close();
@@ -75,6 +72,35 @@ export async function openDatabase(options: { databaseUrl?: string; dataDir?: st
     unlock();
     throw new CliError(`cannot open PGlite data directory ${dataDir}: ${describeError(error)}`, { cause: error });
   }
+}
+
+/** A MySQL or MariaDB server through mysql2 (an optional peer), checked with one round trip. */
+async function openMySql(url: URL): Promise<CliDatabase> {
+  const mysql = await importDriver<typeof import('mysql2/promise')>('mysql2/promise');
+  const uri = new URL(url);
+  uri.protocol = 'mysql:';
+  const pool = mysql.createPool({ uri: uri.toString(), connectionLimit: 4, connectTimeout: 10_000 });
+  return checked(url, pool, { client: pool as unknown as SqlClient, kind: 'mysql' });
+}
+
+/**
+ * The database of a server pool, once one round trip answered; its location is the URL without
+ * its password. @throws {CliError} when the server cannot be reached
+ */
+async function checked(
+  url: URL,
+  pool: { query(sql: string): Promise<unknown>; end(): Promise<void> },
+  db: Pick<CliDatabase, 'client' | 'kind'>,
+): Promise<CliDatabase> {
+  url.password = '';
+  const location = url.toString();
+  try {
+    await pool.query('SELECT 1');
+  } catch (error) {
+    await pool.end().catch(() => undefined);
+    throw new CliError(`cannot connect to ${location}: ${describeError(error)}`, { cause: error });
+  }
+  return { ...db, location, close: () => pool.end() };
 }
 
 async function importDriver<T>(name: string): Promise<T> {

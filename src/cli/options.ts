@@ -7,6 +7,7 @@ import ms from 'ms';
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { PostgresStore } from '../postgres/index.js';
 import { statements } from '../postgres/sql.js';
+import type { MySqlPoolLike } from '../mysql/client.js';
 import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
 
 /** Options every command takes. */
@@ -90,6 +91,7 @@ export async function withStore<T>(
   }
   const db = await openDatabase({ databaseUrl: options.databaseUrl, dataDir: options.dataDir });
   try {
+    if (db.kind === 'mysql') return await run(await mysqlStore(options, db, opts.mustExist !== false), db);
     let store = new PostgresStore({ client: db.client, table: options.table });
     const mode = await store.tableMode();
     if (opts.mustExist !== false && mode === undefined) {
@@ -111,6 +113,22 @@ export async function withStore<T>(
   } finally {
     await db.close().catch(() => undefined);
   }
+}
+
+/**
+ * The MySQL store of a `mysql://` URL. It has the operator methods the commands call, with the
+ * same result types (`migrate`, `sweepPlan`, `sweepReport`, `inspect`, `stats`) and no
+ * partitioned or Citus mode, so the commands run on it as on a plain PostgreSQL table.
+ * @throws {CliError} for `--partitioned`, `--distribute`, or a table that does not exist when it must
+ */
+async function mysqlStore(options: ConnectionOptions, db: CliDatabase, mustExist: boolean): Promise<PostgresStore> {
+  if (options.partitioned || options.distribute) throw new CliError('--partitioned and --distribute are PostgreSQL modes; MySQL tables are plain');
+  const { MySqlStore } = await import('../mysql/index.js');
+  const store = new MySqlStore({ client: db.client as unknown as MySqlPoolLike, table: options.table });
+  if (mustExist && (await store.tableMode()) === undefined) {
+    throw new CliError(`table ${options.table} does not exist in ${db.location}: run \`idem migrate\` first`);
+  }
+  return store as unknown as PostgresStore;
 }
 
 export const iso = (d: Date | null | undefined) => (d ? d.toISOString() : '-');

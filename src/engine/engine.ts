@@ -158,7 +158,10 @@ export class IdempotencyEngine<Tx = unknown> {
     this.maxWaiters = options.inProgress?.maxWaiters ?? 10_000;
     if (!(Number.isInteger(this.maxWaiters) && this.maxWaiters >= 0)) throw new InvalidOptionError('idem: inProgress.maxWaiters must be an integer >= 0');
     if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
-      throw new InvalidOptionError('idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })');
+      const why = this.store.noSubscribe ? ` (${this.store.noSubscribe})` : '';
+      throw new InvalidOptionError(
+        `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`,
+      );
     }
     const cache = options.replayCache;
     this.replayCache = cache === undefined ? undefined : cache instanceof ReplayCache ? cache : new ReplayCache(cache);

@@ -63,8 +63,8 @@ export interface KyselyTransactionLike extends KyselyExecutorLike {
 
 let queries = 0;
 
-/** `CompiledQuery.raw(text, params)` without importing Kysely. */
-function compiled(text: string, params: unknown[] | undefined): KyselyCompiledQuery {
+/** `CompiledQuery.raw(text, params)` without importing Kysely (also idem/mysql's `kyselyMySql`). @internal */
+export function compiled(text: string, params: unknown[] | undefined): KyselyCompiledQuery {
   return {
     sql: text,
     parameters: params ?? [],

@@ -60,16 +60,24 @@ async function cutoffUs(ctx: StoreContext, retentionMs: number): Promise<string>
 const usToDate = (us: string) => new Date(Number(BigInt(us) / 1000n));
 
 /**
- * See `PostgresStore.sweepReport`.
+ * A sweep's options with their defaults, checked, and its start and deadline (every SQL store's sweep).
  * @throws {InvalidOptionError} for a batch size below 1 or a negative retention
  */
-export async function sweepReport(ctx: StoreContext, options: SweepOptions = {}): Promise<SweepReport> {
+export function sweepSettings(options: SweepOptions): { retentionMs: number; batchSize: number; started: number; deadline: number } {
   const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
   const batchSize = options.batchSize ?? 1000;
   if (!(Number.isInteger(batchSize) && batchSize >= 1)) throw new InvalidOptionError('sweep: batchSize must be an integer >= 1');
   if (!(retentionMs >= 0)) throw new InvalidOptionError('sweep: retentionMs must be >= 0');
   const started = Date.now();
-  const deadline = started + (options.maxDurationMs ?? Infinity);
+  return { retentionMs, batchSize, started, deadline: started + (options.maxDurationMs ?? Infinity) };
+}
+
+/**
+ * See `PostgresStore.sweepReport`.
+ * @throws {InvalidOptionError} for a batch size below 1 or a negative retention
+ */
+export async function sweepReport(ctx: StoreContext, options: SweepOptions = {}): Promise<SweepReport> {
+  const { retentionMs, batchSize, started, deadline } = sweepSettings(options);
   const cutoff = await cutoffUs(ctx, retentionMs);
   const progress: SweepProgress = { deleted: 0, scanned: 0, batches: 0, droppedPartitions: [] };
   const report = (timedOut: boolean, keptPartitions: string[] = []): SweepReport => ({

@@ -287,6 +287,12 @@ export interface IdempotencyStore<Tx = unknown> {
    * @returns `ok` with the key's new token, or `fenced` when the key is not as read: nothing changed.
    */
   operate?(write: OperatorWrite): Promise<Fenced<{ token: number }>>;
+
+  /**
+   * Optional: why this store has no {@link subscribe} (e.g. its database cannot notify), named
+   * in the `InvalidOptionError` an engine with `inProgress.wait` throws on it.
+   */
+  readonly noSubscribe?: string;
 }
 
 /**

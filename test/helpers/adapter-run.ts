@@ -21,6 +21,7 @@ import { realTime, virtualDate } from './wait.js';
 /** Whether the adapter contract runs `harness` on `factory` (see the file's comment). */
 export function runsOn(harness: AdapterHarness, factory: StoreFactory): boolean {
   if (harness === webCore) return true;
+  if (factory.adapterHarnesses?.includes(harness.name)) return fullMatrix;
   if (!factory.adapterMatrix) return false;
   return fullMatrix || factory.capabilities.virtualTime;
 }

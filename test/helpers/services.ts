@@ -19,6 +19,7 @@ export const SERVICES = {
   AMQP_URL: 'amqp://guest:guest@127.0.0.1:5672',
   NATS_URL: 'nats://127.0.0.1:4222',
   CITUS_URL: 'postgres://postgres@127.0.0.1:9700/postgres',
+  MYSQL_URL: 'mysql://root@127.0.0.1:3306/test',
 } as const;
 
 export type Service = keyof typeof SERVICES;

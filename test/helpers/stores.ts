@@ -23,6 +23,7 @@ import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from '.
 import { citusFactories } from './citus-stores.js';
 import { ormStoreFactories } from './orm-stores.js';
 import { drizzleFactories } from './drizzle-stores.js';
+import { mysqlFactories } from './mysql-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -34,7 +35,7 @@ export interface StoreCapabilities {
   sweep: 'rows' | 'partitions' | false;
   /** The store keeps one table per UTC day (PostgreSQL partitioned mode). */
   partitioned: boolean;
-  /** The store is a PostgreSQL database: PostgreSQL-only tests (blobs, encryption, SQL) may run on it. */
+  /** The store is a database server (PostgreSQL, MySQL) reached over connections: the store-unavailable tests close them. */
   sql: boolean;
   /**
    * The store's clock is `Date.now()` and it uses no timers or I/O: suites run it on
@@ -129,6 +130,12 @@ export interface StoreFactory {
    * (test/helpers/adapter-run.ts; docs/architecture.md, "What each suite proves").
    */
   adapterMatrix?: boolean;
+  /**
+   * Harnesses (by name) the adapter contract runs on this store in the full matrix besides the
+   * web core, for a store outside {@link adapterMatrix} whose own HTTP behaviour is proven on a
+   * few frameworks (MySQL: Hono and Express).
+   */
+  adapterHarnesses?: string[];
   connect(): Promise<StoreBackend>;
 }
 
@@ -431,6 +438,8 @@ export const storeFactories: StoreFactory[] = [
   ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, { ...redisPostgresPhasesFactory, adapterMatrix: true }] : []),
   // Citus (tables distributed by scope) when CITUS_URL is set: test/helpers/citus-stores.ts.
   ...citusFactories(postgresFactory),
+  // MySqlStore on MariaDB or MySQL when MYSQL_URL is set: test/helpers/mysql-stores.ts.
+  ...mysqlFactories(),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
 
 /** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */

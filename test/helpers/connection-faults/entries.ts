@@ -5,5 +5,6 @@
 import type { FaultEntry } from './entry.js';
 import { postgresEntries } from './postgres-entries.js';
 import { redisEntries } from './redis-entries.js';
+import { mysqlEntries } from './mysql-entries.js';
 
-export const faultEntries: FaultEntry[] = [...postgresEntries, ...redisEntries];
+export const faultEntries: FaultEntry[] = [...postgresEntries, ...redisEntries, ...mysqlEntries];

@@ -38,7 +38,7 @@ export interface FaultEntry {
   /** For test titles, and how the child finds the entry (`FAULT_CLIENT`). */
   name: string;
   /** The environment variable the entry's server needs; without it the entry is skipped. */
-  needs: 'DATABASE_URL' | 'REDIS_URL';
+  needs: 'DATABASE_URL' | 'REDIS_URL' | 'MYSQL_URL';
   /** The servers the client talks to: each gets a fault proxy in front of it (test side; may start them). */
   servers(): Endpoint[] | Promise<Endpoint[]>;
   /**

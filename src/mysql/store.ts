@@ -1,0 +1,454 @@
+import { randomUUID } from 'node:crypto';
+import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../core/cipher.js';
+import { DEFAULT_RETENTION_MS, KeyState } from '../core/constants.js';
+import { InvalidOptionError } from '../core/errors.js';
+import { DEFAULT_INLINE_MAX_BYTES } from '../postgres/options.js';
+import { storedForm } from '../postgres/responses.js';
+import type { KeyInspection, StoreStats } from '../postgres/inspect.js';
+import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../postgres/sweep.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
+import { decodeSnapshot, encodeSnapshot } from '../store/records.js';
+import type {
+  AbandonedKey,
+  ClaimInput,
+  ClaimResult,
+  CommitRecord,
+  Fenced,
+  IdempotencyStore,
+  KeyRecord,
+  KeyRef,
+  RequestSnapshot,
+  TakeOverResult,
+} from '../store/types.js';
+import { isMySqlDriver, type MySqlConnectionLike, type MySqlDriver, type MySqlPoolLike, type MySqlResultHeader, type MySqlRow, rowsMatched } from './client.js';
+import { MySqlExecutor } from './executor.js';
+import { leaseExpired, phaseResults, readRecord, retentionExpired, text } from './rows.js';
+import { type MySqlStatements, mysqlStatements } from './sql.js';
+
+/**
+ * Options of {@link MySqlStore}.
+ * @typeParam Tx what a phase's effects receive: the pool's connection, or the driver's transaction
+ */
+export interface MySqlStoreOptions<Tx = MySqlConnectionLike> {
+  /**
+   * A mysql2 promise pool (`mysql.createPool(…)` from `mysql2/promise`): a phase's `tx` is its
+   * `PoolConnection`. Or a client over one, whose transaction a phase gets: `drizzleMySql(db)`.
+   */
+  client: MySqlPoolLike<Tx & MySqlConnectionLike> | MySqlDriver<Tx>;
+  /**
+   * Table name, optionally database-qualified; `<table>_blobs` and `<table>_tokens` go beside it.
+   * @default 'idempotency_keys'
+   */
+  table?: string;
+  /**
+   * Response bodies longer than this many bytes (before encryption) are stored out of line in
+   * `<table>_blobs`, written in the finish's transaction; `Infinity` keeps every body inline.
+   * Keep the largest body under the server's `max_allowed_packet`.
+   * @default 65_536
+   */
+  inlineMaxBytes?: number;
+  /** Encryption at rest of stored responses (protocol.md K15), as `PostgresStore`'s. */
+  encryption?: EncryptionOptions | ResponseCipher;
+  /**
+   * Deadline in ms of each statement idem issues for a request, the wait for a pool connection
+   * included (protocol.md H17); past it the connection is destroyed, never reused, and the
+   * request gets 503. Migrations, sweeps and operator reads have none. `0`: no deadline.
+   * Give the pool a `connectTimeout` as well.
+   * @default 5000
+   */
+  storeTimeoutMs?: number;
+}
+
+/** Sentinel thrown inside a transaction to roll it back when a fenced write matched no row. */
+const FENCED = Symbol('idem.mysql.fenced');
+/** Microseconds of `ms`, as the statements' intervals take them. */
+const us = (ms: number): number => Math.round(ms * 1000);
+/** Scopes and keys are bound as their UTF-8 bytes, whatever the connection's character set. */
+const b = (value: string): Buffer => Buffer.from(value, 'utf8');
+/** VARBINARY(1020) of the key table. */
+const MAX_ID_BYTES = 1020;
+
+/**
+ * The MySQL and MariaDB store: one row per (scope, key) in `idempotency_keys`, the same protocol
+ * as `PostgresStore` (protocol.md K3-K23, the statements in sql.ts), on a mysql2 promise pool.
+ * A phase's `tx` is the pool's own connection with the transaction open: the business writes
+ * on it and the fenced recovery point commit together or not at all.
+ *
+ * @example
+ * ```ts
+ * import mysql from 'mysql2/promise';
+ * import { MySqlStore } from 'idem/mysql';
+ *
+ * const store = new MySqlStore({ client: mysql.createPool(process.env.MYSQL_URL!) });
+ * await store.migrate();
+ * ```
+ */
+export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx> {
+  readonly table: string;
+  /** No partitioned mode on MySQL (the operator tools read it as PostgresStore's). */
+  readonly partitioning = undefined;
+  /** No distributed mode on MySQL. */
+  readonly distributed = undefined;
+  /**
+   * Wait mode (protocol.md K17) is refused: MySQL and MariaDB have no LISTEN/NOTIFY, and idem
+   * does not poll the table for a key's change. A duplicate in progress gets the 409.
+   */
+  readonly noSubscribe = 'MySQL and MariaDB have no LISTEN/NOTIFY to wake a waiting duplicate, and idem does not poll the table';
+  private readonly sql: MySqlStatements;
+  private readonly db: MySqlExecutor<MySqlConnectionLike>;
+  private readonly driver: MySqlDriver<Tx> | undefined;
+  private readonly inlineMaxBytes: number;
+  private readonly cipher: ResponseCipher | undefined;
+  private readonly reader;
+
+  /**
+   * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes` or
+   *   `storeTimeoutMs`, bad encryption keys, or a client without `getConnection`
+   */
+  constructor(options: MySqlStoreOptions<Tx>) {
+    this.driver = isMySqlDriver(options.client) ? (options.client as MySqlDriver<Tx>) : undefined;
+    const pool = this.driver ? this.driver.pool : (options.client as MySqlPoolLike);
+    if (typeof pool?.getConnection !== 'function') {
+      throw new InvalidOptionError('idem/mysql: client must be a mysql2 promise Pool (mysql.createPool from mysql2/promise)');
+    }
+    const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    if (!(timeoutMs >= 0)) throw new InvalidOptionError('idem/mysql: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
+    this.inlineMaxBytes = options.inlineMaxBytes ?? DEFAULT_INLINE_MAX_BYTES;
+    if (!(this.inlineMaxBytes >= 0)) throw new InvalidOptionError('idem/mysql: inlineMaxBytes must be a number of bytes >= 0');
+    try {
+      this.sql = mysqlStatements(options.table ?? 'idempotency_keys');
+    } catch (error) {
+      throw new InvalidOptionError((error as Error).message);
+    }
+    this.table = this.sql.table;
+    this.db = new MySqlExecutor(pool, timeoutMs);
+    const enc = options.encryption;
+    this.cipher = enc === undefined ? undefined : 'seal' in enc ? enc : aesGcmCipher(enc);
+    this.reader = {
+      cipher: this.cipher,
+      blob: async (scope: string, key: string, id: string) => {
+        const row = (await this.db.rows(this.sql.blobGet, [b(scope), b(key), id]))[0];
+        return row ? (row.body as Uint8Array) : undefined;
+      },
+    };
+  }
+
+  /**
+   * Creates the key table, `<table>_blobs` and `<table>_tokens` if missing, under a named lock
+   * so that hosts starting at once do not race. Idempotent.
+   * @returns `created` when the key table is new, else `exists`
+   */
+  async migrate(): Promise<{ table: 'created' | 'exists'; partitionsCreated: string[] }> {
+    const [database, name] = this.table.includes('.') ? this.table.split('.') : [null, this.table];
+    const conn = await this.db.checkout();
+    const lock = `idem:migrate:${this.table}`;
+    try {
+      await this.db.on(conn, this.sql.lockMigration, [lock], false);
+      try {
+        const existed = Number((await this.db.on<MySqlRow[]>(conn, this.sql.tableExists, [name, database], false))[0]!.n) > 0;
+        for (const statement of [this.sql.createTable, this.sql.createBlobs, this.sql.createTokens]) await this.db.on(conn, statement, [], false);
+        return { table: existed ? 'exists' : 'created', partitionsCreated: [] };
+      } finally {
+        await this.db.on(conn, this.sql.unlockMigration, [lock], false);
+      }
+    } finally {
+      this.db.release(conn);
+    }
+  }
+
+  /** `plain` when the key table exists, undefined before {@link migrate} (MySQL tables are never partitioned). */
+  async tableMode(): Promise<'plain' | undefined> {
+    const [database, name] = this.table.includes('.') ? this.table.split('.') : [null, this.table];
+    return Number((await this.db.rows(this.sql.tableExists, [name, database], false))[0]!.n) > 0 ? 'plain' : undefined;
+  }
+
+  /** A new fencing token (sql.ts `drawToken`). */
+  private async drawToken(): Promise<number> {
+    return Number((await this.db.write(this.sql.drawToken)).insertId);
+  }
+
+  async claim(input: ClaimInput): Promise<ClaimResult> {
+    const scope = b(input.scope);
+    const key = b(input.key);
+    if (scope.length > MAX_ID_BYTES || key.length > MAX_ID_BYTES) throw new Error(`idem/mysql: scope and key are at most ${MAX_ID_BYTES} bytes of UTF-8`);
+    const ret = us(input.retentionMs);
+    const claimed = (token: number, claimId: string): ClaimResult => ({
+      kind: 'claimed',
+      token,
+      claimId,
+      // A new row's created_at is the claim's own now: its whole retention is left (protocol.md K20).
+      retentionRemainingMs: input.retentionMs,
+      ...(this.cipher && { sealed: true }),
+    });
+    // Bounded: each turn claims, finds a live row, or loses a race to a writer that made
+    // progress (a replacement, a deletion), which cannot repeat without bound.
+    for (let attempt = 0; attempt < 5; attempt++) {
+      // The key as committed now: a finished key is answered by this one read (the replay).
+      let row = (await this.db.rows(this.sql.read, [ret, ret, scope, key]))[0];
+      if (!row) {
+        const token = await this.drawToken();
+        const claimId = randomUUID();
+        const inserted = await this.db.write(this.sql.claim, [scope, key, Buffer.from(input.fingerprint), us(input.leaseMs), token, claimId]);
+        if (inserted.affectedRows === 1) return claimed(token, claimId);
+        // A concurrent claim committed first: read it as it is now.
+        row = (await this.db.rows(this.sql.readLocked, [ret, ret, scope, key]))[0];
+        if (!row) continue; // deleted in between (discarded, swept): claim again
+      }
+      // Past retention the row counts as absent, unless its lease is still valid (its worker is alive).
+      if (retentionExpired(row) && leaseExpired(row)) {
+        const token = await this.drawToken();
+        const claimId = randomUUID();
+        const replaced = await this.db.write(this.sql.replaceExpired, [
+          Buffer.from(input.fingerprint),
+          us(input.leaseMs),
+          token,
+          claimId,
+          scope,
+          key,
+          row.lock_version,
+          ret,
+        ]);
+        if (rowsMatched(replaced) === 1) {
+          // The replaced response's blob is dead (best effort: a sweep of the row deletes it too).
+          if (row.response_body_ref) await this.db.write(this.sql.blobDelete, [scope, key, String(row.response_body_ref)]).catch(() => undefined);
+          return claimed(token, claimId);
+        }
+        continue;
+      }
+      return { kind: 'exists', record: await readRecord(this.reader, row, input.scope, input.key, input.fingerprint) };
+    }
+    throw new Error('idem/mysql: claim did not settle after 5 attempts');
+  }
+
+  async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
+    const token = await this.drawToken();
+    const header = await this.db.write(this.sql.takeOver, [us(leaseMs), token, b(ref.scope), b(ref.key), ref.token]);
+    if (rowsMatched(header) === 0) return { kind: 'lost' };
+    const row = (await this.db.rows(this.sql.takenOver, [b(ref.scope), b(ref.key), token]))[0];
+    if (!row) return { kind: 'lost' }; // taken over again in between
+    return {
+      kind: 'taken',
+      token,
+      claimId: String(row.claim_id),
+      recoveryPoint: String(row.recovery_point),
+      phaseResults: phaseResults(row.phase_results),
+      failedAttempts: Number(row.failed_attempts),
+    };
+  }
+
+  commit<T>(ref: KeyRef, record: (value: T) => CommitRecord, effects: (tx: Tx) => Promise<T>): Promise<Fenced<T>>;
+  commit(ref: KeyRef, record: (value: undefined) => CommitRecord): Promise<Fenced>;
+  async commit<T>(ref: KeyRef, record: (value: T | undefined) => CommitRecord, effects?: (tx: Tx) => Promise<T>): Promise<Fenced<T> | Fenced> {
+    if (!effects) {
+      const rec = record(undefined);
+      // An out-of-line body needs a transaction for the row and its blob; anything else is one statement.
+      if (rec.kind === 'phase' || rec.response.body.length <= this.inlineMaxBytes) {
+        return (await this.write(undefined, ref, rec)) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+      }
+    }
+    try {
+      const body = async (tx: Tx, conn: MySqlConnectionLike) => {
+        const value = effects ? await effects(tx) : (undefined as T);
+        // The fenced write comes last (protocol.md Q4): no row matched means another worker took
+        // the key over while the effects ran; throwing rolls the effects back with it.
+        if (!(await this.write(conn, ref, record(value)))) throw FENCED;
+        return value;
+      };
+      // A driver's phase runs in the client's own transaction; a pool's on its connection.
+      const value = this.driver && effects ? await this.driver.transaction(body) : await this.db.transaction((conn) => body(conn as Tx, conn));
+      return { kind: 'ok', value };
+    } catch (error) {
+      if (error === FENCED) return { kind: 'fenced' };
+      throw error;
+    }
+  }
+
+  /**
+   * The fenced write of a commit, on `conn` in a transaction or on its own (autocommit; never
+   * for an out-of-line body, whose blob is written after the fenced UPDATE matched).
+   * @returns false when fenced
+   */
+  private async write(conn: MySqlConnectionLike | undefined, ref: KeyRef, rec: CommitRecord): Promise<boolean> {
+    const run = (sql: string, values: unknown[]) => (conn ? this.db.on<MySqlResultHeader>(conn, sql, values) : this.db.write(sql, values));
+    const scope = b(ref.scope);
+    const key = b(ref.key);
+    if (rec.kind === 'phase') {
+      const result = JSON.stringify(rec.result ?? null);
+      return rowsMatched(await run(this.sql.recordPhase, [rec.phase, rec.phase, result, us(rec.leaseMs), scope, key, ref.token])) > 0;
+    }
+    const form = storedForm({ inlineMaxBytes: this.inlineMaxBytes, cipher: this.cipher }, ref, rec.response);
+    const values = [rec.response.status, form.headers, form.body && Buffer.from(form.body), form.blob?.ref.id ?? null, form.keyId, scope, key, ref.token];
+    if (rowsMatched(await run(this.sql.finish, values)) === 0) return false;
+    if (form.blob) {
+      if (!conn) throw new Error('idem/mysql: an out-of-line body is written inside a transaction');
+      await run(this.sql.blobClear, [scope, key]);
+      await run(this.sql.blobPut, [scope, key, form.blob.ref.id, Buffer.from(form.blob.body)]);
+    }
+    return true;
+  }
+
+  /** A fenced statement on its own: ok when it matched the row. */
+  private async fenced(sql: string, ref: KeyRef, before: unknown[] = [], after: unknown[] = []): Promise<boolean> {
+    return rowsMatched(await this.db.write(sql, [...before, b(ref.scope), b(ref.key), ref.token, ...after])) > 0;
+  }
+
+  async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
+    return (await this.fenced(this.sql.extendLease, ref, [us(leaseMs)])) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
+
+  async release(ref: KeyRef): Promise<Fenced<'released'>> {
+    return (await this.fenced(this.sql.release, ref)) ? { kind: 'ok', value: 'released' } : { kind: 'fenced' };
+  }
+
+  async countFailure(ref: KeyRef): Promise<Fenced<number>> {
+    if (!(await this.fenced(this.sql.countFailure, ref))) return { kind: 'fenced' };
+    const row = (await this.db.rows(this.sql.failedAttempts, [b(ref.scope), b(ref.key), ref.token]))[0];
+    return row ? { kind: 'ok', value: Number(row.failed_attempts) } : { kind: 'fenced' };
+  }
+
+  async discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>> {
+    if (await this.fenced(this.sql.discard, ref)) return { kind: 'ok', value: 'deleted' };
+    return this.release(ref);
+  }
+
+  async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
+    const row = (await this.db.rows(this.sql.read, [us(retentionMs), us(retentionMs), b(scope), b(key)]))[0];
+    if (!row || retentionExpired(row)) return undefined;
+    return readRecord(this.reader, row, scope, key);
+  }
+
+  async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
+    return (await this.fenced(this.sql.saveRequest, ref, [encodeSnapshot(request)])) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
+
+  async discardAbandoned(ref: KeyRef): Promise<Fenced> {
+    return (await this.fenced(this.sql.discardAbandoned, ref)) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  }
+
+  async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
+    const ret = us(options.retentionMs);
+    const rows = await this.db.rows(this.sql.listAbandoned, [ret, ret, us(Math.max(0, Math.floor(options.graceMs))), ret, options.limit]);
+    return Promise.all(
+      rows.map(async (row) => {
+        const abandoned: AbandonedKey = { record: await readRecord(this.reader, row, text(row.scope), text(row.key)) };
+        const request = row.request === null || row.request === undefined ? undefined : decodeSnapshot(JSON.parse(text(row.request)));
+        if (request) abandoned.request = request;
+        return abandoned;
+      }),
+    );
+  }
+
+  /**
+   * Deletes rows past retention (protocol.md K6): created at or before `now() - retentionMs`
+   * (server clock, fixed when the sweep starts) and whose lease is not valid, oldest first in
+   * batches (`DELETE … ORDER BY created_at LIMIT`) at READ COMMITTED; then trims the token table
+   * to its highest row. Safe from several hosts at once.
+   * @returns the number of rows deleted
+   */
+  async sweep(options: SweepOptions = {}): Promise<number> {
+    return (await this.sweepReport(options)).deleted;
+  }
+
+  /** {@link sweep} with its report (the same shape as `PostgresStore.sweepReport`'s). */
+  async sweepReport(options: SweepOptions = {}): Promise<SweepReport> {
+    const { retentionMs, batchSize, started, deadline } = sweepSettings(options);
+    const { cutoff, cutoffMs } = await this.cutoff(retentionMs);
+    const progress = { deleted: 0, scanned: 0, batches: 0, droppedPartitions: [] as string[] };
+    let timedOut = true;
+    while (Date.now() < deadline) {
+      const conn = await this.db.checkout();
+      let deleted: number;
+      try {
+        await this.db.on(conn, this.sql.readCommitted, [], false);
+        deleted = (await this.db.on<MySqlResultHeader>(conn, this.sql.sweepBatch, [cutoff, batchSize], false)).affectedRows;
+        this.db.release(conn);
+      } catch (error) {
+        this.db.destroy(conn);
+        throw error;
+      }
+      progress.batches++;
+      progress.deleted += deleted;
+      progress.scanned += deleted;
+      options.onProgress?.({ ...progress, droppedPartitions: [] });
+      if (deleted < batchSize) {
+        timedOut = false;
+        break;
+      }
+    }
+    await this.trimTokens(batchSize);
+    return { ...progress, cutoff: new Date(cutoffMs), timedOut, keptPartitions: [], durationMs: Date.now() - started };
+  }
+
+  /** Deletes every token row but the highest (which keeps the counter where it is). */
+  private async trimTokens(batchSize: number): Promise<void> {
+    const top = (await this.db.rows(this.sql.topToken, [], false))[0]?.top;
+    if (top === null || top === undefined) return;
+    while ((await this.db.write(this.sql.trimTokens, [top, batchSize], false)).affectedRows >= batchSize);
+  }
+
+  private async cutoff(retentionMs: number): Promise<{ cutoff: string; cutoffMs: number }> {
+    const row = (await this.db.rows(this.sql.sweepCutoff, [us(retentionMs), us(retentionMs)], false))[0]!;
+    return { cutoff: String(row.cutoff), cutoffMs: Number(row.cutoff_ms) };
+  }
+
+  /** What a sweep would delete now, without deleting (dry run). */
+  async sweepPlan(retentionMs: number = DEFAULT_RETENTION_MS): Promise<SweepPlan> {
+    const { cutoff, cutoffMs } = await this.cutoff(retentionMs);
+    const row = (await this.db.rows(this.sql.sweepPlan, [cutoff], false))[0]!;
+    return { cutoff: new Date(cutoffMs), expired: Number(row.expired), sweepable: Number(row.sweepable), expiredPartitions: [] };
+  }
+
+  /** Everything stored about one key, past retention or not (`idem inspect`); the response summarised. */
+  async inspect(scope: string, key: string, retentionMs: number = DEFAULT_RETENTION_MS): Promise<KeyInspection | undefined> {
+    const row = (await this.db.rows(this.sql.inspect, [us(retentionMs), b(scope), b(key)], false))[0];
+    if (!row) return undefined;
+    const done = row.state === KeyState.Done && row.response_status !== null;
+    let headers: Array<[string, string]> = [];
+    if (done && row.response_key_id === null) headers = JSON.parse(text(row.response_headers ?? '[]')) as Array<[string, string]>;
+    const date = (ms: unknown) => (ms === null || ms === undefined ? null : new Date(Number(ms)));
+    return {
+      scope,
+      key,
+      state: String(row.state),
+      fingerprint: String(row.fingerprint).toLowerCase(),
+      recoveryPoint: String(row.recovery_point),
+      phaseResults: phaseResults(row.phase_results),
+      token: String(row.lock_version),
+      claimId: String(row.claim_id),
+      lockedUntil: date(row.locked_until_ms),
+      leaseExpired: leaseExpired(row),
+      leaseRemainingMs: Number(row.lease_remaining_ms ?? 0),
+      response: done
+        ? {
+            status: Number(row.response_status),
+            headers,
+            bytes: Number(row.response_bytes ?? 0),
+            storage: row.response_body_ref === null ? 'inline' : 'out-of-line',
+            keyId: row.response_key_id === null ? null : String(row.response_key_id),
+          }
+        : null,
+      createdAt: new Date(Number(row.created_ms)),
+      finishedAt: date(row.finished_ms),
+      retentionExpired: retentionExpired(row),
+    };
+  }
+
+  /** Table health (`idem stats`): rows by state, oldest, past retention unswept, abandoned, live leases. */
+  async stats(retentionMs: number = DEFAULT_RETENTION_MS): Promise<StoreStats> {
+    const row = (await this.db.rows(this.sql.stats, [us(retentionMs), us(retentionMs)], false))[0]!;
+    return {
+      total: Number(row.total),
+      started: Number(row.started),
+      done: Number(row.done),
+      oldest: row.oldest_ms === null ? null : new Date(Number(row.oldest_ms)),
+      expiredUnswept: Number(row.expired_unswept),
+      abandoned: Number(row.abandoned),
+      liveLeases: Number(row.live_leases),
+    };
+  }
+
+  /** Drops the key table, `<table>_blobs` and `<table>_tokens` (tests, tools). */
+  async dropTables(): Promise<void> {
+    for (const statement of this.sql.drop) await this.db.write(statement, [], false);
+  }
+}
