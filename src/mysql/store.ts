@@ -418,6 +418,8 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
       lockedUntil: date(row.locked_until_ms),
       leaseExpired: leaseExpired(row),
       leaseRemainingMs: Number(row.lease_remaining_ms ?? 0),
+      // No operator actions on MySQL yet (no `operate`, protocol.md K40): never a note.
+      operatorNote: null,
       response: done
         ? {
             status: Number(row.response_status),
