@@ -57,9 +57,14 @@ export function expirySuite(c: SuiteContext): void {
     it('a custom name; nothing on a rejection that kept nothing or on a 409 in progress; nothing by default', async () => {
       let release!: () => void;
       const held = new Promise<void>((resolve) => (release = resolve));
+      let entered!: () => void;
+      const inHandler = new Promise<void>((resolve) => (entered = resolve));
       const { send } = await setup(
         async (req) => {
-          if (req.path === '/v1/slow') await held;
+          if (req.path === '/v1/slow') {
+            entered();
+            await held;
+          }
           if (req.path === '/v1/bad') return jsonReply(400, { error: 'bad' });
           return jsonReply(201, { ok: true });
         },
@@ -73,13 +78,12 @@ export function expirySuite(c: SuiteContext): void {
       assert.equal(bad.status, 400);
       await bad.arrayBuffer();
       assert.equal(bad.headers.get('x-key-expires'), null, 'a rejected request kept nothing');
+      // The duplicate is sent only once the first request holds the key (inside its handler):
+      // sent earlier, it could claim the key itself and wait on `held` for good.
       const slow = send('/v1/slow', { key: 'slow', json: {} });
-      let busy: Response;
-      for (;;) {
-        busy = await send('/v1/slow', { key: 'slow', json: {} });
-        if (busy.status === 409) break;
-        await busy.arrayBuffer();
-      }
+      await inHandler;
+      const busy = await send('/v1/slow', { key: 'slow', json: {} });
+      assert.equal(busy.status, 409);
       await busy.arrayBuffer();
       assert.equal(busy.headers.get('x-key-expires'), null, 'in progress: no promise yet');
       release();
