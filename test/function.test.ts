@@ -106,6 +106,23 @@ for (const factory of workStores) {
       assert.deepEqual(await h.effects(), ['reserve s-1', 'ship s-1']);
     });
 
+    it('a result the codec cannot encode is not stored and does not hold the key: the next call runs at once', async () => {
+      const h = await fresh();
+      let runs = 0;
+      const total = idempotent(
+        async (ctx) => {
+          runs++;
+          await ctx.phase('counted', h.effect('count'));
+          return (runs === 1 ? { total: 1n } : { total: 1 }) as unknown as { total: number };
+        },
+        { store: h.store, name: 'total', key: 'day-1' },
+      );
+      await assert.rejects(total(), TypeError, 'JSON cannot encode a bigint');
+      assert.deepEqual(await total(), { total: 1 }, 'released, not in progress: the next call resumes');
+      assert.equal(runs, 2);
+      assert.deepEqual(await h.effects(), ['count'], 'the committed phase is not repeated');
+    });
+
     it('storeErrors: the failure is stored and every later call throws StoredFailureError without running', async () => {
       const h = await fresh();
       let runs = 0;

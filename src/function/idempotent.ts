@@ -165,7 +165,16 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
     }
     if (ctx.completed) return ctx.completed.value;
     if (execution.status !== 'open') throw new InvalidOptionError('idem: the function ended its execution itself; nothing was stored');
-    const stored = await execution.finish(resultRecord(codec, value));
+    let record: ReturnType<typeof resultRecord>;
+    try {
+      record = resultRecord(codec, value);
+    } catch (error) {
+      // A result the codec cannot encode (a bigint or a cycle under JSON): nothing is stored and
+      // the key is released at once (protocol.md K10), not held by the heartbeat until its deadline.
+      await execution.release().catch(() => undefined);
+      throw error;
+    }
+    const stored = await execution.finish(record);
     return codec.decode(stored.body);
   }
 
