@@ -75,7 +75,7 @@ describe('idem/openapi', () => {
   });
 
   test('every problem idem answers has a schema and a response under its status', () => {
-    const components = idempotencyComponents({ required: true, mismatchStatus: 409 });
+    const components = idempotencyComponents({ required: true, mismatchStatus: 409, webhooks: true });
     const types = Object.values(components.schemas as Record<string, { allOf?: Array<{ properties?: { type?: { enum?: string[] } } }> }>)
       .map((schema) => schema.allOf?.[1]?.properties?.type?.enum?.[0])
       .filter(Boolean);

@@ -35,6 +35,11 @@ export interface OpenApiOptions {
   include?: (path: string, method: string, operation: Json) => boolean;
   /** Prefix of every component name, so they never clash with the document's own. @default 'Idem' */
   prefix?: string;
+  /**
+   * The operations are webhook receivers (`idem/webhooks`): add the 401 problem of a delivery
+   * whose signature did not verify (protocol.md K37). @default false
+   */
+  webhooks?: boolean;
 }
 
 /** Each problem idem answers: its kind, status and when (protocol.md H20). */
@@ -64,6 +69,12 @@ const PROBLEMS: Array<{ kind: ProblemKind; name: string; status: number; when: s
     status: 503,
     when: 'The idempotency store did not answer; nothing ran: retry with the same key after Retry-After (H17).',
     retryAfter: true,
+  },
+  {
+    kind: ProblemKind.WebhookRefused,
+    name: 'WebhookSignatureInvalid',
+    status: 401,
+    when: "A webhook receiver refused a delivery whose signature is missing or invalid; nothing was claimed (K37). Stripe's preset answers 400.",
   },
 ];
 
@@ -190,11 +201,12 @@ export function withIdempotency<T extends object>(document: T, options: OpenApiO
   return doc as T;
 }
 
-/** The problems an API with `options` answers: 400 missing only when required, the mismatch at its status. */
+/** The problems an API with `options` answers: 400 missing only when required, the webhook 401 only for receivers, the mismatch at its status. */
 function problems(options: OpenApiOptions) {
-  return PROBLEMS.filter((problem) => problem.kind !== ProblemKind.MissingKey || options.required).map((problem) =>
-    problem.kind === ProblemKind.KeyReused ? { ...problem, status: options.mismatchStatus ?? 422 } : problem,
+  const answered = PROBLEMS.filter(
+    (problem) => (problem.kind !== ProblemKind.MissingKey || options.required) && (problem.kind !== ProblemKind.WebhookRefused || options.webhooks),
   );
+  return answered.map((problem) => (problem.kind === ProblemKind.KeyReused ? { ...problem, status: options.mismatchStatus ?? 422 } : problem));
 }
 
 function byStatus<T extends { status: number }>(items: T[]): Map<number, T[]> {
