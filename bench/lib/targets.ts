@@ -29,6 +29,9 @@ export const TARGETS: Target[] = [
   { id: 'dbos-new-16', section: 'dbos', name: 'idem / DBOS Transact, per new charge, c=16', atLeast: 3 },
   { id: 'dbos-dup-16', section: 'dbos', name: 'idem / DBOS Transact, per duplicate, c=16', atLeast: 7 },
   { id: 'group-64', section: 'group-commit', name: 'group commit new requests / raw, c=64 (p99 beside)', atLeast: 2 },
+  // bench/wait-mode.ts (issue 28): what the notification costs when no duplicate waits (≤ 2 %).
+  { id: 'wait-idle-memory', section: 'wait', name: 'wait mode, no one waiting: memory store with / without the notification', atLeast: 0.98 },
+  { id: 'wait-idle-redis', section: 'wait', name: "wait mode, no one waiting: Redis scripts' server time without / with the SPUBLISH", atLeast: 0.98 },
   // Filled by bench/postgresjs.ts (the postgres.js driver, issue 14) when it is in the suite.
   { id: 'postgresjs', section: 'postgresjs', name: 'postgres.js driver: idem / raw (bench/postgresjs.ts)', atLeast: 0.9 },
 ];
