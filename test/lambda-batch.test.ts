@@ -132,6 +132,27 @@ for (const factory of workStores) {
       assert.ok(leases[1]! > 1_000 && leases[1]! <= 3_500, `lease ${leases[1]} ms`);
     });
 
+    it('a record started near the timeout runs under the handler’s one engine with the shorter lease (K26); one with no time left goes back unclaimed', async () => {
+      const h = await fresh();
+      // A duplicate may wait 5 s where the store can wake it: longer than this invocation has
+      // left, which an engine per record refused (its lease shorter than the wait).
+      const wait = typeof h.store.subscribe === 'function' ? { inProgress: { wait: 5_000 } } : {};
+      const leases: number[] = [];
+      const w = worker(h);
+      const handler = sqsBatch({ store: h.store, scope: 'orders', leaseMarginMs: 500, ...wait }, async (record, ctx) => {
+        leases.push((await h.store.get('orders', record.messageId, 86_400_000))!.leaseRemainingMs);
+        await w.handle(record.messageId, ctx);
+      });
+      assert.deepEqual(ids(await handler(sqsEvent(2), lambdaContext(1_500))), []);
+      assert.ok(leases.every((ms) => ms > 0 && ms <= 2_000), `leases ${leases} ms`);
+      assert.deepEqual((await h.effects()).sort(), ['msg-1', 'msg-2']);
+      // No time left: the record is named and never claimed, so its redelivery runs it once.
+      assert.deepEqual(ids(await handler(sqsEvent(1, { prefix: 'late' }), lambdaContext(0))), ['late-1']);
+      assert.equal(await h.store.get('orders', 'late-1', 86_400_000), undefined);
+      assert.deepEqual(ids(await handler(sqsEvent(1, { prefix: 'late', receiveCount: 2 }), lambdaContext())), []);
+      assert.deepEqual(w.runs, ['msg-1', 'msg-2', 'late-1']);
+    });
+
     it('getKey: a business id in the body is the key, so the same order sent twice as two messages runs once', async () => {
       const h = await fresh();
       const w = worker(h);

@@ -108,9 +108,12 @@ export class IdempotentConsumer<Tx = unknown> {
    * Never throws for a store failure or a handler's error: those are dispositions.
    *
    * @param handler the work; its effects belong in `ctx.phase` / `ctx.call` / `ctx.complete`.
+   * @param limits this delivery's own bounds: `leaseMs`, its lease with no heartbeat (protocol.md
+   *   K26, e.g. a Lambda invocation's remaining time plus a margin), and `maxWaitMs`, at most how
+   *   long a duplicate waits for the holder.
    * @returns the disposition the broker adapter carries out (ack, retry with a delay, dead-letter).
    */
-  async consume(message: ConsumedMessage, handler: MessageHandler<Tx>): Promise<Disposition> {
+  async consume(message: ConsumedMessage, handler: MessageHandler<Tx>, limits?: { leaseMs?: number; maxWaitMs?: number }): Promise<Disposition> {
     let key: string;
     let print: Uint8Array;
     try {
@@ -125,7 +128,7 @@ export class IdempotentConsumer<Tx = unknown> {
     try {
       // protocol.md K18: a duplicate in flight waits for the result where the store can wake
       // it (the engine asks `subscribe`, so a store gaining it later waits too), else comes back soon.
-      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print, waitMs: this.waitMs });
+      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print, waitMs: this.waitMs, leaseMs: limits?.leaseMs, maxWaitMs: limits?.maxWaitMs });
     } catch (error) {
       if (error instanceof InvalidKeyError || error instanceof InvalidScopeError) {
         return { action: 'dead-letter', reason: 'invalid-message', error };
