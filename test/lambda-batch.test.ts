@@ -15,6 +15,7 @@ import { workStores, useWorkStore } from './helpers/work-stores.js';
 import { dynamoDbEvent, kinesisEvent, sqsEvent } from './helpers/batch-events.js';
 import { lambdaContext } from './helpers/harness-lambda.js';
 import { deferred } from './helpers/http.js';
+import { sleep } from './helpers/wait.js';
 
 const ids = (response: { batchItemFailures: Array<{ itemIdentifier: string }> }) => response.batchItemFailures.map((f) => f.itemIdentifier);
 
@@ -151,6 +152,58 @@ for (const factory of workStores) {
       assert.equal(await h.store.get('orders', 'late-1', 86_400_000), undefined);
       assert.deepEqual(ids(await handler(sqsEvent(1, { prefix: 'late', receiveCount: 2 }), lambdaContext())), []);
       assert.deepEqual(w.runs, ['msg-1', 'msg-2', 'late-1']);
+    });
+
+    it('Kinesis (no delivery count): a record whose invocation hangs past its lease every time runs maxAttempts times, then is named without running (K23 by the key’s takeovers)', async () => {
+      const h = await fresh();
+      let runs = 0;
+      let entered = deferred<void>();
+      const seen: string[] = [];
+      const handler = kinesisBatch(
+        { store: h.store, scope: 'crash-stream', leaseMarginMs: 0, maxAttempts: 3, onRecord: (_r, d) => void seen.push(`${d.action}:${d.reason}`) },
+        async () => {
+          runs++;
+          entered.resolve();
+          await new Promise(() => undefined); // hangs until Lambda would end the invocation
+        },
+      );
+      const event = kinesisEvent(1, 'crash');
+      // Each invocation has 200 ms: its record's lease ends with it, and the next delivery takes over.
+      for (let deliveries = 0; !seen.includes('dead-letter:max-attempts'); deliveries++) {
+        assert.ok(runs <= 6 && deliveries < 200, `the record ran ${runs} times and was never given up (${seen.join(', ')})`);
+        entered = deferred<void>();
+        const invocation = handler(event, lambdaContext(200));
+        const outcome = await Promise.race([invocation, entered.promise.then(() => 'hung' as const)]);
+        if (outcome === 'hung') continue;
+        assert.deepEqual(ids(outcome), ['crash0001']);
+        const last = seen.at(-1);
+        if (last === 'retry:in-progress') await sleep(20); // the hung invocation's lease has not ended yet
+      }
+      assert.equal(runs, 3);
+      // Redelivered again: still named, still not run.
+      seen.length = 0;
+      let again: Awaited<ReturnType<typeof handler>>;
+      do {
+        again = await handler(event, lambdaContext(200));
+        if (seen.at(-1) === 'retry:in-progress') await sleep(20);
+      } while (seen.at(-1) === 'retry:in-progress');
+      assert.deepEqual(ids(again), ['crash0001']);
+      assert.equal(seen.at(-1), 'dead-letter:max-attempts');
+      assert.equal(runs, 3);
+    });
+
+    it('DynamoDB streams (no delivery count): a record that throws every time runs maxAttempts times on a store that counts failures', async (t) => {
+      const h = await fresh();
+      if (typeof h.store.countFailure !== 'function') return t.skip('the store does not count thrown errors (countFailure); the stream’s retry settings bound them');
+      let runs = 0;
+      const seen: string[] = [];
+      const handler = dynamoDbBatch({ store: h.store, scope: 'throw-stream', maxAttempts: 3, onRecord: (_r, d) => void seen.push(`${d.action}:${d.reason}`) }, async () => {
+        runs++;
+        throw new Error('a bug in the handler');
+      });
+      for (let i = 0; i < 5; i++) assert.deepEqual(ids(await handler(dynamoDbEvent(1, 'bad'), lambdaContext())), ['111']);
+      assert.equal(runs, 3);
+      assert.deepEqual(seen, ['retry:handler-failed', 'retry:handler-failed', 'dead-letter:max-attempts', 'dead-letter:max-attempts', 'dead-letter:max-attempts']);
     });
 
     it('getKey: a business id in the body is the key, so the same order sent twice as two messages runs once', async () => {
