@@ -206,6 +206,25 @@ for (const factory of workStores) {
       assert.deepEqual(seen, ['retry:handler-failed', 'retry:handler-failed', 'dead-letter:max-attempts', 'dead-letter:max-attempts', 'dead-letter:max-attempts']);
     });
 
+    it('a malformed record fails alone: it is named, the records before it commit, the batch never throws', async () => {
+      const h = await fresh();
+      const w = worker(h);
+      const kinesis = kinesisBatch({ store: h.store, scope: 'lambda-stream' }, (record, ctx) => w.handle(record.kinesis.sequenceNumber, ctx));
+      const stream = kinesisEvent(3);
+      (stream.Records[1]!.kinesis as { data: unknown }).data = 42; // not base64 text
+      assert.deepEqual(ids(await kinesis(stream, lambdaContext())), ['seq0002', 'seq0003']);
+      const table = dynamoDbBatch({ store: h.store, scope: 'TestTable' }, (record, ctx) => w.handle(record.eventID!, ctx));
+      const images = dynamoDbEvent(3);
+      images.Records[1]!.dynamodb!.NewImage = { Id: 2n } as never; // an unmarshalled image JSON cannot write
+      assert.deepEqual(ids(await table(images, lambdaContext())), ['222', '333']);
+      const queue = sqsBatch({ store: h.store, scope: 'orders' }, (record, ctx) => w.handle(record.messageId, ctx));
+      const messages = sqsEvent(3);
+      (messages.Records as unknown[])[1] = null;
+      assert.deepEqual(ids(await queue(messages, lambdaContext())), ['']); // no id to name: Lambda retries the batch
+      assert.deepEqual(w.runs, ['seq0001', 'ev-1', 'msg-1', 'msg-3']);
+      await assert.rejects(queue({ Records: {} } as never, lambdaContext()), { name: 'InvalidEventError', code: 'IDEM_INVALID_EVENT' });
+    });
+
     it('getKey: a business id in the body is the key, so the same order sent twice as two messages runs once', async () => {
       const h = await fresh();
       const w = worker(h);

@@ -12,6 +12,7 @@ import {
   type BatchResponse,
   type DynamoDbEventLike,
   dynamoDbSource,
+  InvalidEventError,
   type KinesisEventLike,
   kinesisSource,
   type RecordSource,
@@ -72,20 +73,28 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
   const consumer = new IdempotentConsumer<Tx>(consumerOptions);
   const fixedLease = 'engine' in consumerOptions || (consumerOptions as EngineOptions<Tx>).leaseMs !== undefined;
   return async function idempotentBatch(event, context) {
+    const records = event?.Records ?? [];
+    if (!Array.isArray(records)) throw new InvalidEventError('idem/lambda: a batch event needs its Records array');
     const failures: Array<{ itemIdentifier: string }> = [];
     const stopped = new Set<string>();
-    for (const record of event?.Records ?? []) {
-      const group = source.group(record);
+    for (const record of records) {
+      // A malformed record fails alone (protocol.md K35): what cannot be read of it makes its
+      // disposition, never an error of the whole batch.
+      const group = readOr(() => source.group(record), undefined);
+      const fail = () => {
+        // A record with no readable identifier is named by an empty one: Lambda then retries
+        // the whole batch, whose done records replay.
+        failures.push({ itemIdentifier: readOr(() => source.itemIdentifier(record), '') });
+        if (group !== undefined) stopped.add(group);
+      };
       if (group !== undefined && stopped.has(group)) {
-        failures.push({ itemIdentifier: source.itemIdentifier(record) });
+        fail();
         continue;
       }
-      const { body, contentType } = source.payload(record);
       const remaining = fixedLease ? undefined : remainingMs(context);
       if (remaining !== undefined && remaining <= 0) {
         // No time left to run it: it goes back to Lambda unclaimed (protocol.md K26).
-        failures.push({ itemIdentifier: source.itemIdentifier(record) });
-        if (group !== undefined) stopped.add(group);
+        fail();
         continue;
       }
       // protocol.md K26, K35: each record's lease covers what is left of the invocation (no
@@ -94,6 +103,7 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
         remaining === undefined ? undefined : { leaseMs: invocationLeaseMs(remaining, leaseMarginMs), maxWaitMs: Math.max(0, Math.floor(remaining - leaseMarginMs)) };
       let disposition: Disposition;
       try {
+        const { body, contentType } = source.payload(record);
         const message = { id: keyOf(record), body, contentType, attempt: source.attempt(record) };
         disposition = await consumer.consume(message, (ctx) => handler(record, ctx, context), limits);
       } catch (error) {
@@ -107,11 +117,19 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
       if (disposition.action === 'ack') continue;
       // Retry and dead-letter alike go back to Lambda: the queue's redrive policy (maxReceiveCount)
       // or the stream's retry settings decide when a record leaves for the dead-letter queue.
-      failures.push({ itemIdentifier: source.itemIdentifier(record) });
-      if (group !== undefined) stopped.add(group);
+      fail();
     }
     return { batchItemFailures: failures };
   };
+}
+
+/** `read()`, or `fallback` when it throws (a field of a malformed record). */
+function readOr<T>(read: () => T, fallback: T): T {
+  try {
+    return read();
+  } catch {
+    return fallback;
+  }
 }
 
 /** The invocation's remaining time in ms, or `undefined` without a usable context. */
