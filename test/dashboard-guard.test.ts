@@ -275,7 +275,8 @@ describe('idem dashboard guards', () => {
     await db.query(`SELECT setval('${table}_lock_version_seq', 1764700000000200)`);
     await withDashboard({ token: TOKEN }, async (_dash, base, origin) => {
       const headers = { origin, authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
-      const post = (key: string, token: string) => request(base, '/api/release', { method: 'POST', headers, body: JSON.stringify({ scope: 'tenant:acme', key, token }) });
+      const post = (key: string, token: string) =>
+        request(base, '/api/release', { method: 'POST', headers, body: JSON.stringify({ scope: 'tenant:acme', key, token }) });
       // Past 2^53 - 1 no store issued it (Number would round it): refused, the row unchanged.
       const before = await row('big-token');
       const past = await post('big-token', '9007199254740993');

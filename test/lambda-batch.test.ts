@@ -145,7 +145,10 @@ for (const factory of workStores) {
         await w.handle(record.messageId, ctx);
       });
       assert.deepEqual(ids(await handler(sqsEvent(2), lambdaContext(1_500))), []);
-      assert.ok(leases.every((ms) => ms > 0 && ms <= 2_000), `leases ${leases} ms`);
+      assert.ok(
+        leases.every((ms) => ms > 0 && ms <= 2_000),
+        `leases ${leases} ms`,
+      );
       assert.deepEqual((await h.effects()).sort(), ['msg-1', 'msg-2']);
       // No time left: the record is named and never claimed, so its redelivery runs it once.
       assert.deepEqual(ids(await handler(sqsEvent(1, { prefix: 'late' }), lambdaContext(0))), ['late-1']);
@@ -194,16 +197,26 @@ for (const factory of workStores) {
 
     it('DynamoDB streams (no delivery count): a record that throws every time runs maxAttempts times on a store that counts failures', async (t) => {
       const h = await fresh();
-      if (typeof h.store.countFailure !== 'function') return t.skip('the store does not count thrown errors (countFailure); the stream’s retry settings bound them');
+      if (typeof h.store.countFailure !== 'function')
+        return t.skip('the store does not count thrown errors (countFailure); the stream’s retry settings bound them');
       let runs = 0;
       const seen: string[] = [];
-      const handler = dynamoDbBatch({ store: h.store, scope: 'throw-stream', maxAttempts: 3, onRecord: (_r, d) => void seen.push(`${d.action}:${d.reason}`) }, async () => {
-        runs++;
-        throw new Error('a bug in the handler');
-      });
+      const handler = dynamoDbBatch(
+        { store: h.store, scope: 'throw-stream', maxAttempts: 3, onRecord: (_r, d) => void seen.push(`${d.action}:${d.reason}`) },
+        async () => {
+          runs++;
+          throw new Error('a bug in the handler');
+        },
+      );
       for (let i = 0; i < 5; i++) assert.deepEqual(ids(await handler(dynamoDbEvent(1, 'bad'), lambdaContext())), ['111']);
       assert.equal(runs, 3);
-      assert.deepEqual(seen, ['retry:handler-failed', 'retry:handler-failed', 'dead-letter:max-attempts', 'dead-letter:max-attempts', 'dead-letter:max-attempts']);
+      assert.deepEqual(seen, [
+        'retry:handler-failed',
+        'retry:handler-failed',
+        'dead-letter:max-attempts',
+        'dead-letter:max-attempts',
+        'dead-letter:max-attempts',
+      ]);
     });
 
     it('a malformed record fails alone: it is named, the records before it commit, the batch never throws', async () => {

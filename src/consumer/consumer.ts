@@ -129,7 +129,14 @@ export class IdempotentConsumer<Tx = unknown> {
     try {
       // protocol.md K18: a duplicate in flight waits for the result where the store can wake
       // it (the engine asks `subscribe`, so a store gaining it later waits too), else comes back soon.
-      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print, waitMs: this.waitMs, leaseMs: limits?.leaseMs, maxWaitMs: limits?.maxWaitMs });
+      begun = await this.engine.begin({
+        scope: this.scope,
+        key,
+        fingerprint: print,
+        waitMs: this.waitMs,
+        leaseMs: limits?.leaseMs,
+        maxWaitMs: limits?.maxWaitMs,
+      });
     } catch (error) {
       if (error instanceof InvalidKeyError || error instanceof InvalidScopeError) {
         return { action: 'dead-letter', reason: 'invalid-message', error };

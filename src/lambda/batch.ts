@@ -100,7 +100,9 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
       // protocol.md K26, K35: each record's lease covers what is left of the invocation (no
       // heartbeat, as the HTTP handler); a duplicate waits for a holder at most until then.
       const limits =
-        remaining === undefined ? undefined : { leaseMs: invocationLeaseMs(remaining, leaseMarginMs), maxWaitMs: Math.max(0, Math.floor(remaining - leaseMarginMs)) };
+        remaining === undefined
+          ? undefined
+          : { leaseMs: invocationLeaseMs(remaining, leaseMarginMs), maxWaitMs: Math.max(0, Math.floor(remaining - leaseMarginMs)) };
       let disposition: Disposition;
       try {
         const { body, contentType } = source.payload(record);
