@@ -82,6 +82,14 @@ export interface BeginInput {
   waitMs?: number;
   /** At most this long, in ms, whatever the wait (e.g. an invocation's remaining time less a margin). */
   maxWaitMs?: number;
+  /**
+   * This call's lease in ms, in place of the engine's `leaseMs` (protocol.md K26): for a caller
+   * that knows when it will be stopped (a Lambda invocation's remaining time plus a margin). The
+   * claim or takeover and every phase commit hold the key this long, with no heartbeat. Any
+   * whole number of ms from 1 (a fraction is rounded up), shorter than the engine's retention.
+   * @default the engine's `leaseMs`, with its heartbeat
+   */
+  leaseMs?: number;
 }
 
 /** Duplicates waiting in this process now, across engines (protocol.md K17: bounded by `inProgress.maxWaiters`). */
@@ -205,6 +213,7 @@ export class IdempotencyEngine<Tx = unknown> {
     if (!(input.fingerprint instanceof Uint8Array) || input.fingerprint.length !== 32) {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
+    const lease = this.callLease(input.leaseMs);
     let waitMs = input.waitMs === undefined ? this.waitMs : typeof this.store.subscribe === 'function' ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
     if (input.maxWaitMs !== undefined) waitMs = Math.min(waitMs, Math.max(0, input.maxWaitMs));
     const started = performance.now();
@@ -228,7 +237,7 @@ export class IdempotencyEngine<Tx = unknown> {
         const asked = performance.now();
         const claim = shared
           ? ({ kind: 'exists', record: shared } as const)
-          : await this.store.claim({ scope, key, fingerprint: input.fingerprint, leaseMs: this.leaseMs, retentionMs: this.retentionMs });
+          : await this.store.claim({ scope, key, fingerprint: input.fingerprint, leaseMs: lease.leaseMs, retentionMs: this.retentionMs });
         if (claim.kind === 'claimed') {
           this.emit('claimed', scope, key, claim.token);
           req?.outcome('created', { token: claim.token });
@@ -237,7 +246,7 @@ export class IdempotencyEngine<Tx = unknown> {
             cache !== undefined && remaining !== undefined && (claim.sealed !== true || cache.sealed)
               ? this.fillOnFinish(cache, { scope, key, fingerprint: input.fingerprint, token: claim.token, claimId: claim.claimId }, remaining, asked)
               : undefined;
-          const execution = this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill);
+          const execution = this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill, undefined, lease);
           // The row's created_at is the claim's now(): its retention ends a whole retention from here.
           execution.retentionEndsAt = new Date(Date.now() + (remaining ?? this.retentionMs));
           return { kind: 'execute', execution };
@@ -279,7 +288,7 @@ export class IdempotencyEngine<Tx = unknown> {
             continue;
           }
           case 'take-over': {
-            const execution = await this.takeOverWith({ scope, key, token: record.token }, req);
+            const execution = await this.takeOverWith({ scope, key, token: record.token }, req, lease);
             if (!execution) {
               lostTakeovers++;
               continue;
@@ -373,12 +382,26 @@ export class IdempotencyEngine<Tx = unknown> {
     }
   }
 
-  private async takeOverWith(ref: { scope: string; key: string; token: number }, req: RequestTelemetry | undefined) {
-    const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, this.leaseMs);
+  private async takeOverWith(ref: { scope: string; key: string; token: number }, req: RequestTelemetry | undefined, lease = this.callLease(undefined)) {
+    const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, lease.leaseMs);
     if (taken.kind === 'lost') return undefined;
     this.emit('taken-over', ref.scope, ref.key, taken.token);
     req?.outcome('taken_over', { token: taken.token });
-    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req, undefined, taken.failedAttempts);
+    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req, undefined, taken.failedAttempts, lease);
+  }
+
+  /**
+   * The lease and heartbeat of one call: the engine's, or the call's own lease with no
+   * heartbeat (protocol.md K26). A per-call lease is checked here, not against the engine's
+   * `leaseMs`: however short, it is valid (the work holds the key that long).
+   * @throws {InvalidOptionError} a lease that is not a positive number, or that would outlast retention
+   */
+  private callLease(leaseMs: number | undefined): { leaseMs: number; heartbeatMs: number } {
+    if (leaseMs === undefined) return { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs };
+    const ms = Math.ceil(leaseMs);
+    if (!(Number.isFinite(ms) && ms >= 1)) throw new InvalidOptionError('idem: begin({ leaseMs }) must be a positive number of milliseconds');
+    if (ms >= this.retentionMs) throw new InvalidOptionError(`idem: begin({ leaseMs: ${ms} }) must be shorter than retentionMs (${this.retentionMs})`);
+    return { leaseMs: ms, heartbeatMs: 0 };
   }
 
   private execution(
@@ -391,10 +414,11 @@ export class IdempotencyEngine<Tx = unknown> {
     req: RequestTelemetry | undefined,
     onFinished?: ExecutionSettings['onFinished'],
     failedAttempts?: number,
+    lease = this.callLease(undefined),
   ): Execution<Tx> {
     const settings = {
-      leaseMs: this.leaseMs,
-      heartbeatMs: this.heartbeatMs,
+      leaseMs: lease.leaseMs,
+      heartbeatMs: lease.heartbeatMs,
       maxExecutionMs: this.maxExecutionMs,
       onEvent: this.onEvent,
       onFinished,
