@@ -86,10 +86,13 @@ function openSubscriber(client: RedisClientLike, onMessage: (channel: string) =>
       return sub.sUnsubscribe(channel, listener);
     },
     close: () => {
-      connected.then(
-        () => sub.destroy(),
-        () => undefined,
-      );
+      // At once, also while it is still connecting or reconnecting (a server unreachable): a
+      // close that waited for the connection would leave it retrying for good.
+      try {
+        sub.destroy();
+      } catch {
+        // Already closed (its reconnect strategy gave up).
+      }
     },
   };
 }
@@ -118,7 +121,9 @@ export class ShardChannelFeed implements ChangeFeed {
     clearTimeout(this.idle);
     this.ids.set(channel, id);
     this.channels.set(id, channel);
-    return this.serially(channel, () => this.connection().subscribe(channel)).then(() => undefined);
+    // Subscribes only while still watched: a subscribe queued behind an earlier unsubscribe of
+    // a waiter that has left meanwhile would open a subscriber that no idle close follows.
+    return this.serially(channel, () => (this.ids.has(channel) ? this.connection().subscribe(channel) : undefined)).then(() => undefined);
   }
 
   unwatch(id: string): void {
@@ -126,7 +131,9 @@ export class ShardChannelFeed implements ChangeFeed {
     if (channel === undefined) return;
     this.channels.delete(id);
     this.ids.delete(channel);
-    this.serially(channel, () => this.connection().unsubscribe(channel)).catch(() => undefined);
+    // On the subscriber that subscribed, never a new one (closed meanwhile: nothing to undo).
+    const sub = this.subscriber;
+    if (sub) this.serially(channel, () => (sub === this.subscriber ? sub.unsubscribe(channel) : undefined)).catch(() => undefined);
     if (this.ids.size > 0) return;
     clearTimeout(this.idle);
     this.idle = setTimeout(() => {
@@ -149,7 +156,7 @@ export class ShardChannelFeed implements ChangeFeed {
     return this.subscriber;
   }
 
-  private serially(channel: string, fn: () => Promise<unknown>): Promise<unknown> {
+  private serially(channel: string, fn: () => Promise<unknown> | undefined): Promise<unknown> {
     const before = this.pending.get(channel) ?? Promise.resolve();
     const run = before.then(fn, fn);
     const settled = run.catch(() => undefined);
