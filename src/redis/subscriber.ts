@@ -9,7 +9,9 @@
  *
  * After the subscriber reconnects (the driver resubscribes), every waiter is woken to read the
  * key again: a change sent while it was away reaches them by that read. A loss the driver does
- * not report (a Cluster shard's subscriber) is covered by the waiter's own deadline read.
+ * not report (a Cluster shard's subscriber) is covered by the waiter's own deadline read. A
+ * server without `SSUBSCRIBE` (Redis before 7) cannot wake waiters: they read at their deadline
+ * (protocol.md K24).
  */
 import type { ChangeFeed, KeyChangeHub } from '../store/key-changes.js';
 import type { RedisClientLike } from './client.js';
@@ -97,6 +99,11 @@ function openSubscriber(client: RedisClientLike, onMessage: (channel: string) =>
   };
 }
 
+/** True for a server's answer that it has no such command: a Redis before 7 has no `SSUBSCRIBE`. */
+function isUnknownCommand(error: unknown): boolean {
+  return error instanceof Error && /^ERR unknown command/i.test(error.message);
+}
+
 /** How long an idle subscriber stays open for the next wait, in ms (it then closes, so an idle process holds no extra connection). */
 const IDLE_CLOSE_MS = 1000;
 
@@ -110,6 +117,12 @@ export class ShardChannelFeed implements ChangeFeed {
   /** The last (un)subscribe sent per channel, so a watch follows the unwatch before it. */
   private readonly pending = new Map<string, Promise<unknown>>();
   hub: KeyChangeHub | undefined;
+  /**
+   * Set once the server answered that it has no `SSUBSCRIBE` (Redis before 7, protocol.md
+   * K24): nothing can wake a waiter, so a watch is active at once and never fires; each waiter
+   * reads its key at its wait's end, then answers as K17 says (the 409, never a 503).
+   */
+  private cannotWake = false;
 
   constructor(
     private readonly client: RedisClientLike,
@@ -117,13 +130,32 @@ export class ShardChannelFeed implements ChangeFeed {
   ) {}
 
   watch(id: string, scope: string, key: string): Promise<void> {
+    if (this.cannotWake) return Promise.resolve();
     const channel = this.channelOf(scope, key);
     clearTimeout(this.idle);
     this.ids.set(channel, id);
     this.channels.set(id, channel);
     // Subscribes only while still watched: a subscribe queued behind an earlier unsubscribe of
     // a waiter that has left meanwhile would open a subscriber that no idle close follows.
-    return this.serially(channel, () => (this.ids.has(channel) ? this.connection().subscribe(channel) : undefined)).then(() => undefined);
+    return this.serially(channel, () => (this.ids.has(channel) ? this.connection().subscribe(channel) : undefined)).then(
+      () => undefined,
+      (error: unknown) => {
+        if (!isUnknownCommand(error)) throw error;
+        this.refused();
+      },
+    );
+  }
+
+  /** The server cannot wake waiters (protocol.md K24): said once, and no subscriber stays open. */
+  private refused(): void {
+    if (this.cannotWake) return;
+    this.cannotWake = true;
+    this.subscriber?.close();
+    this.subscriber = undefined;
+    globalThis.process?.emitWarning?.(
+      'idem/redis: this Redis server has no SSUBSCRIBE (Redis before 7), so nothing wakes a waiting duplicate: each one reads its key once when its inProgress.wait ends, then replays or gets the 409',
+      { code: 'IDEM_REDIS_NO_SHARDED_PUBSUB' },
+    );
   }
 
   unwatch(id: string): void {
