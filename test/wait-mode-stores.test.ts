@@ -14,6 +14,7 @@ import { StoreUnavailableError } from '../src/core/errors.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { withIdempotency } from '../src/lambda/index.js';
 import { MemoryStore } from '../src/memory/index.js';
+import { releaseKey } from '../src/operator/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { RedisStore } from '../src/redis/index.js';
 import { IN_PROCESS, KeyChangeHub } from '../src/store/key-changes.js';
@@ -111,6 +112,40 @@ async function crashedWinner(store: IdempotencyStore) {
   assert.ok(ms < 5000, `all answered after ${ms.toFixed(0)} ms`);
 }
 
+/**
+ * protocol.md K40: an operator's forced release of a held key wakes its waiter at once, which
+ * takes the key over, instead of reading it at its wait's end (10 s).
+ */
+async function operatorRelease(store: IdempotencyStore) {
+  const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000, heartbeatMs: 0 });
+  const key = `op-${Math.random().toString(36).slice(2)}`;
+  const held = await eng.begin({ scope: 's', key, fingerprint: fp('a') });
+  assert.equal(held.kind, 'execute'); // a hung worker: its lease is valid for 30 s
+  // Released only once the waiter waits for a change (not before its read after subscribing).
+  const waiting = deferred();
+  const subscribe = store.subscribe!.bind(store);
+  const waitingStore: IdempotencyStore = Object.create(store);
+  waitingStore.subscribe = async (scope, k) => {
+    const changes = await subscribe(scope, k);
+    const next = changes.next.bind(changes);
+    changes.next = (ms, signal) => {
+      waiting.resolve();
+      return next(ms, signal);
+    };
+    return changes;
+  };
+  const waiter = new IdempotencyEngine({ store: waitingStore, inProgress: { wait: 10_000 }, leaseMs: 30_000 }).begin({ scope: 's', key, fingerprint: fp('a') });
+  await waiting.promise;
+  const started = performance.now();
+  const released = await releaseKey(store, 's', key, { force: true, by: 'test' });
+  assert.equal(released.done, true, released.message);
+  const got = await waiter;
+  const ms = performance.now() - started;
+  assert.equal(got.kind, 'execute', 'the waiter took the released key over');
+  if (got.kind === 'execute') await got.execution.finish(async () => ({ status: 200, headers: [], body: body('after-release') }));
+  assert.ok(ms < 5000, `the waiter answered ${ms.toFixed(0)} ms after the release`);
+}
+
 function storeSuite(name: string, open: () => Promise<Opened>, skip: string | false = false) {
   describe(`wait mode on ${name} (protocol.md K17)`, { skip }, () => {
     let opened: Opened;
@@ -121,6 +156,7 @@ function storeSuite(name: string, open: () => Promise<Opened>, skip: string | fa
     test('32 concurrent duplicates: the handler once, every loser gets its response right after the finish', (t) =>
       thirtyTwo(opened.store, name, (s) => t.diagnostic(s)));
     test('a winner that crashes: one waiter takes over, the others see the takeover and replay its result', () => crashedWinner(opened.store));
+    test('an operator release wakes the waiter at once (protocol.md K40)', () => operatorRelease(opened.store));
   });
 }
 
@@ -185,6 +221,7 @@ describe('wait mode on Redis Cluster (sharded pub/sub)', { skip: fullMatrixOnly(
       try {
         await thirtyTwo(opened.store, `RedisStore, ${name}`, (s) => t.diagnostic(s));
         await crashedWinner(opened.store);
+        await operatorRelease(opened.store);
       } finally {
         await opened.close();
       }
