@@ -10,14 +10,14 @@ import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { StoreUnavailableError } from '../src/core/errors.js';
+import { InvalidOptionError, StoreUnavailableError } from '../src/core/errors.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { withIdempotency } from '../src/lambda/index.js';
 import { MemoryStore } from '../src/memory/index.js';
 import { releaseKey } from '../src/operator/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { RedisStore } from '../src/redis/index.js';
-import { IN_PROCESS, KeyChangeHub } from '../src/store/key-changes.js';
+import { IN_PROCESS, KeyChangeHub, waitRefusal } from '../src/store/key-changes.js';
 import type { IdempotencyStore } from '../src/store/types.js';
 import { tableName } from './helpers/engines.js';
 import { fixture, lambdaContext } from './helpers/harness-lambda.js';
@@ -368,6 +368,34 @@ describe('a waiter cannot hang (protocol.md K17)', () => {
     assert.ok(ms >= 500 && ms < 1500, `the duplicate answered after ${ms.toFixed(0)} ms, within its invocation's 1600 ms`);
     hold.resolve();
     assert.equal(((await first) as { statusCode: number }).statusCode, 201);
+  });
+});
+
+describe('which stores can serve wait mode: decided in one place, waitRefusal (protocol.md K17)', () => {
+  test('a store without subscribe is refused with its own reason; a store with it waits, whatever its noSubscribe says', async () => {
+    const mysql = await import('mysql2/promise');
+    const { MySqlStore } = await import('../src/mysql/index.js');
+    const pool = mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }); // lazy: nothing connects here
+    try {
+      const my = new MySqlStore({ client: pool });
+      const refusal = waitRefusal(my);
+      assert.match(refusal ?? '', /needs a store that can wake waiters \(subscribe\).*\(MySQL and MariaDB have no LISTEN\/NOTIFY/);
+      assert.throws(
+        () => new IdempotencyEngine({ store: my, inProgress: { wait: 1000 } }),
+        (error: Error) => error instanceof InvalidOptionError && error.message === refusal,
+      );
+    } finally {
+      await pool.end();
+    }
+    const stale = Object.assign(new MemoryStore(), { noSubscribe: 'stale' });
+    assert.equal(waitRefusal(stale), undefined);
+    assert.equal(new IdempotencyEngine({ store: stale, inProgress: { wait: 1000 } }).waitMs, 1000);
+    // A caller's own wait (BeginInput.waitMs, a queue consumer's) on a store that cannot wait: the 409 at once.
+    const plain = Object.assign(new MemoryStore(), { subscribe: undefined });
+    assert.match(waitRefusal(plain) ?? '', /notify: true/);
+    const eng = new IdempotencyEngine({ store: plain, leaseMs: 30_000 });
+    assert.equal((await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') })).kind, 'execute');
+    assert.equal((await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a'), waitMs: 10_000 })).kind, 'in-progress');
   });
 });
 

@@ -4,6 +4,7 @@ import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailab
 import { validateKey } from '../core/key.js';
 import { sameFingerprint } from '../core/fingerprint.js';
 import type { IdempotencyStore, KeyChanges, KeyRecord, StoredResponse } from '../store/types.js';
+import { waitRefusal } from '../store/key-changes.js';
 import { Execution, type ExecutionSettings, type IdempotencyEvent, notify } from './execution.js';
 import { ReplayCache, type ReplayCacheOptions } from './replay-cache.js';
 import type { IdempotencyTelemetry, RequestTelemetry } from './telemetry.js';
@@ -157,12 +158,8 @@ export class IdempotencyEngine<Tx = unknown> {
     }
     this.maxWaiters = options.inProgress?.maxWaiters ?? 10_000;
     if (!(Number.isInteger(this.maxWaiters) && this.maxWaiters >= 0)) throw new InvalidOptionError('idem: inProgress.maxWaiters must be an integer >= 0');
-    if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
-      const why = this.store.noSubscribe ? ` (${this.store.noSubscribe})` : '';
-      throw new InvalidOptionError(
-        `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`,
-      );
-    }
+    const refusal = waitRefusal(this.store);
+    if (this.waitMs > 0 && refusal !== undefined) throw new InvalidOptionError(refusal);
     const cache = options.replayCache;
     this.replayCache = cache === undefined ? undefined : cache instanceof ReplayCache ? cache : new ReplayCache(cache);
     this.replayCache?.attach(this.store, this.retentionMs);
@@ -205,7 +202,7 @@ export class IdempotencyEngine<Tx = unknown> {
     if (!(input.fingerprint instanceof Uint8Array) || input.fingerprint.length !== 32) {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
-    let waitMs = input.waitMs === undefined ? this.waitMs : typeof this.store.subscribe === 'function' ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
+    let waitMs = input.waitMs === undefined ? this.waitMs : waitRefusal(this.store) === undefined ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
     if (input.maxWaitMs !== undefined) waitMs = Math.min(waitMs, Math.max(0, input.maxWaitMs));
     const started = performance.now();
     const cache = this.replayCache;

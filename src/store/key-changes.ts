@@ -7,7 +7,18 @@
  * {@link KeyChangeHub.lost} when changes may have been missed (a subscriber reconnecting).
  */
 import { withDeadline } from './deadline.js';
-import type { KeyChanges } from './types.js';
+import type { IdempotencyStore, KeyChanges } from './types.js';
+
+/**
+ * Why `store` cannot serve wait mode (protocol.md K17), or `undefined` when it can: the one place
+ * that decides it. A store can when it has `subscribe`; its `noSubscribe` only explains, in the
+ * refusal, a store without it (and is ignored on a store that has it).
+ */
+export function waitRefusal(store: Pick<IdempotencyStore<unknown>, 'subscribe' | 'noSubscribe'>): string | undefined {
+  if (typeof store.subscribe === 'function') return undefined;
+  const why = store.noSubscribe ? ` (${store.noSubscribe})` : '';
+  return `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`;
+}
 
 /** Where a store's change notifications come from, per key id ({@link keyId}). */
 export interface ChangeFeed {
