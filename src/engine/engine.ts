@@ -4,7 +4,7 @@ import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailab
 import { validateKey } from '../core/key.js';
 import { sameFingerprint } from '../core/fingerprint.js';
 import type { IdempotencyStore, KeyChanges, KeyRecord, StoredResponse } from '../store/types.js';
-import { waitRefusal } from '../store/key-changes.js';
+import { startWaiting, waitRefusal } from '../store/key-changes.js';
 import { Execution, type ExecutionSettings, type IdempotencyEvent, notify } from './execution.js';
 import { ReplayCache, type ReplayCacheOptions } from './replay-cache.js';
 import type { IdempotencyTelemetry, RequestTelemetry } from './telemetry.js';
@@ -84,9 +84,6 @@ export interface BeginInput {
   /** At most this long, in ms, whatever the wait (e.g. an invocation's remaining time less a margin). */
   maxWaitMs?: number;
 }
-
-/** Duplicates waiting in this process now, across engines (protocol.md K17: bounded by `inProgress.maxWaiters`). */
-let waitingNow = 0;
 
 /** Outcome of {@link IdempotencyEngine.begin}. */
 export type BeginResult<Tx = unknown> =
@@ -257,23 +254,16 @@ export class IdempotencyEngine<Tx = unknown> {
           }
           case 'in-progress': {
             const leftMs = waitMs - (performance.now() - started);
-            if (leftMs <= 0 || (!changes && waitingNow >= this.maxWaiters)) {
-              this.emit('in-progress', scope, key);
-              return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
-            }
             // Subscribe first, then read again, then wait: a finish between the read and the
             // wait is never missed. The wait also ends when the lease does (a crashed worker
-            // sends nothing), so the waiter may take over.
-            if (!changes) {
-              waitingNow++;
-              try {
-                changes = await this.store.subscribe!(scope, key);
-              } catch (error) {
-                waitingNow--;
-                throw error;
-              }
-            } else await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
-            continue;
+            // sends nothing), so the waiter may take over. Past maxWaiters: no place, the 409.
+            if (leftMs > 0) {
+              if (changes) await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
+              else changes = await startWaiting(this.store, scope, key, this.maxWaiters);
+              if (changes) continue;
+            }
+            this.emit('in-progress', scope, key);
+            return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
           }
           case 'take-over': {
             const execution = await this.takeOverWith({ scope, key, token: record.token }, req);
@@ -292,10 +282,7 @@ export class IdempotencyEngine<Tx = unknown> {
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     } finally {
-      if (changes) {
-        waitingNow--;
-        changes.close();
-      }
+      changes?.close();
     }
   }
 

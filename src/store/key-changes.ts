@@ -20,6 +20,43 @@ export function waitRefusal(store: Pick<IdempotencyStore<unknown>, 'subscribe' |
   return `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`;
 }
 
+/** Duplicates waiting in this process now, across engines and stores (protocol.md K34 3). */
+let waitingNow = 0;
+
+/**
+ * Subscribes a duplicate to (scope, key) of `store` unless `maxWaiters` duplicates of this
+ * process already wait (protocol.md K34 3): then `undefined`, holding nothing. The place is
+ * held until the subscription is closed (or subscribing failed).
+ */
+export async function startWaiting(
+  store: Pick<IdempotencyStore<unknown>, 'subscribe'>,
+  scope: string,
+  key: string,
+  maxWaiters: number,
+): Promise<KeyChanges | undefined> {
+  if (waitingNow >= maxWaiters) return undefined;
+  waitingNow++;
+  let changes: KeyChanges;
+  try {
+    changes = await store.subscribe!(scope, key);
+  } catch (error) {
+    waitingNow--;
+    throw error;
+  }
+  let held = true;
+  return {
+    get seen() {
+      return changes.seen;
+    },
+    next: (timeoutMs, signal) => changes.next(timeoutMs, signal),
+    close() {
+      if (held) waitingNow--;
+      held = false;
+      changes.close();
+    },
+  };
+}
+
 /** Where a store's change notifications come from, per key id ({@link keyId}). */
 export interface ChangeFeed {
   /** Starts delivering changes of (scope, key), whose id is `id`, to the hub; resolves once a change committed from now on is delivered. */
