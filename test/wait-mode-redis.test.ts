@@ -69,15 +69,14 @@ describe('wait mode on a Redis without sharded pub/sub (before 7): waiters read 
         assert.equal(dup.kind, 'in-progress');
         assert.ok(dup.kind === 'in-progress' && dup.retryAfterMs > 0);
         assert.ok(performance.now() - started >= 390, 'it waited for its whole wait');
-        // A finish during a wait is found by that read: the replay, at the wait's end.
+        // A finish during a wait is found by that read: the replay (at the wait's end, or at a
+        // spurious wake-up, which the contract allows).
         subscribed = deferred();
-        const again = performance.now();
         const waiting = eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') });
         await subscribed.promise;
         if (first.kind === 'execute') await first.execution.finish(async () => ({ status: 200, headers: [], body: body('done') }));
         const got = await waiting;
         assert.equal(got.kind === 'replay' && text(got.response.body), 'done');
-        assert.ok(performance.now() - again >= 390, 'found by the read at the wait end');
         // Said once per store, however many waits.
         await new Promise((resolve) => setImmediate(resolve));
         assert.equal(warnings.length, 1, 'one warning');

@@ -177,15 +177,20 @@ export class ShardChannelFeed implements ChangeFeed {
   }
 
   private connection(): ShardSubscriber {
-    this.subscriber ??= openSubscriber(
+    if (this.subscriber) return this.subscriber;
+    // A closed subscriber's late events (a reconnect's 'ready' and its PING failing) wake no one.
+    const sub: ShardSubscriber = openSubscriber(
       this.client,
       (channel) => {
         const id = this.ids.get(channel);
-        if (id !== undefined) this.hub?.changed(id);
+        if (id !== undefined && this.subscriber === sub) this.hub?.changed(id);
       },
-      () => this.hub?.lost(),
+      () => {
+        if (this.subscriber === sub) this.hub?.lost();
+      },
     );
-    return this.subscriber;
+    this.subscriber = sub;
+    return sub;
   }
 
   private serially(channel: string, fn: () => Promise<unknown> | undefined): Promise<unknown> {
