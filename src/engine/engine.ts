@@ -4,6 +4,7 @@ import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailab
 import { validateKey } from '../core/key.js';
 import { sameFingerprint } from '../core/fingerprint.js';
 import type { IdempotencyStore, KeyChanges, KeyRecord, StoredResponse } from '../store/types.js';
+import { startWaiting, waitRefusal } from '../store/key-changes.js';
 import { Execution, type ExecutionSettings, type IdempotencyEvent, notify } from './execution.js';
 import { ReplayCache, type ReplayCacheOptions } from './replay-cache.js';
 import type { IdempotencyTelemetry, RequestTelemetry } from './telemetry.js';
@@ -92,9 +93,6 @@ export interface BeginInput {
   leaseMs?: number;
 }
 
-/** Duplicates waiting in this process now, across engines (protocol.md K17: bounded by `inProgress.maxWaiters`). */
-let waitingNow = 0;
-
 /** Outcome of {@link IdempotencyEngine.begin}. */
 export type BeginResult<Tx = unknown> =
   /** This worker owns the key (a fresh claim, or a takeover resuming from a recovery point). */
@@ -165,12 +163,8 @@ export class IdempotencyEngine<Tx = unknown> {
     }
     this.maxWaiters = options.inProgress?.maxWaiters ?? 10_000;
     if (!(Number.isInteger(this.maxWaiters) && this.maxWaiters >= 0)) throw new InvalidOptionError('idem: inProgress.maxWaiters must be an integer >= 0');
-    if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
-      const why = this.store.noSubscribe ? ` (${this.store.noSubscribe})` : '';
-      throw new InvalidOptionError(
-        `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`,
-      );
-    }
+    const refusal = waitRefusal(this.store);
+    if (this.waitMs > 0 && refusal !== undefined) throw new InvalidOptionError(refusal);
     const cache = options.replayCache;
     this.replayCache = cache === undefined ? undefined : cache instanceof ReplayCache ? cache : new ReplayCache(cache);
     this.replayCache?.attach(this.store, this.retentionMs);
@@ -214,7 +208,7 @@ export class IdempotencyEngine<Tx = unknown> {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
     const lease = this.callLease(input.leaseMs);
-    let waitMs = input.waitMs === undefined ? this.waitMs : typeof this.store.subscribe === 'function' ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
+    let waitMs = input.waitMs === undefined ? this.waitMs : waitRefusal(this.store) === undefined ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
     if (input.maxWaitMs !== undefined) waitMs = Math.min(waitMs, Math.max(0, input.maxWaitMs));
     const started = performance.now();
     const cache = this.replayCache;
@@ -269,23 +263,16 @@ export class IdempotencyEngine<Tx = unknown> {
           }
           case 'in-progress': {
             const leftMs = waitMs - (performance.now() - started);
-            if (leftMs <= 0 || (!changes && waitingNow >= this.maxWaiters)) {
-              this.emit('in-progress', scope, key);
-              return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
-            }
             // Subscribe first, then read again, then wait: a finish between the read and the
             // wait is never missed. The wait also ends when the lease does (a crashed worker
-            // sends nothing), so the waiter may take over.
-            if (!changes) {
-              waitingNow++;
-              try {
-                changes = await this.store.subscribe!(scope, key);
-              } catch (error) {
-                waitingNow--;
-                throw error;
-              }
-            } else await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
-            continue;
+            // sends nothing), so the waiter may take over. Past maxWaiters: no place, the 409.
+            if (leftMs > 0) {
+              if (changes) await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
+              else changes = await startWaiting(this.store, scope, key, this.maxWaiters);
+              if (changes) continue;
+            }
+            this.emit('in-progress', scope, key);
+            return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
           }
           case 'take-over': {
             const execution = await this.takeOverWith({ scope, key, token: record.token }, req, lease);
@@ -304,10 +291,7 @@ export class IdempotencyEngine<Tx = unknown> {
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     } finally {
-      if (changes) {
-        waitingNow--;
-        changes.close();
-      }
+      changes?.close();
     }
   }
 

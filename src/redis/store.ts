@@ -336,6 +336,9 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     const reply = await this.redis.script('operate', keys, [String(token), write.action, write.force ? '1' : '0', write.note, member, randomUUID()]);
     if (reply === null || reply === undefined || reply === false) return { kind: 'fenced' };
     if (write.action === 'forget' && this.redis.cluster) await this.redis.command(this.index, ['ZADD', this.index, String(Date.now()), member]);
+    // protocol.md K40: the key's waiters hear of it, as of a release by its worker (K30); sent
+    // after the script, as its own command. Lost (a Redis before 7): they read at their deadline.
+    await this.redis.command(keys[0]!, ['SPUBLISH', keys[0]!, '1']).catch(() => undefined);
     return { kind: 'ok', value: { token: Number(reply) } };
   }
 
