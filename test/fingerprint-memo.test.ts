@@ -66,7 +66,7 @@ describe('FingerprintMemo: what a request is remembered by', () => {
     const small = new FingerprintMemo(2);
     const print = (n: number) => new Uint8Array(32).fill(n);
     const ids = [1, 2, 3].map((n) => small.idOf({ ...base, body: utf8(`{"n":${n}}`) })!);
-    ids.forEach((id, i) => small.set(id, print(i + 1)));
+    for (const [i, id] of ids.entries()) small.set(id, print(i + 1));
     assert.equal(small.size, 2);
     assert.equal(small.get(ids[0]!), undefined);
     assert.deepEqual(small.get(ids[2]!), print(3));
@@ -78,7 +78,11 @@ describe('HttpIdempotency with the fingerprint memo: the fingerprint is compared
     const label = fingerprintMemo === 0 ? 'memo off' : 'memo on (default)';
     const app = () => {
       let runs = 0;
-      const core = new HttpIdempotency({ store: new MemoryStore(), fingerprintHeaders: ['api-version'], ...(fingerprintMemo === undefined ? {} : { fingerprintMemo }) });
+      const core = new HttpIdempotency({
+        store: new MemoryStore(),
+        fingerprintHeaders: ['api-version'],
+        ...(fingerprintMemo === undefined ? {} : { fingerprintMemo }),
+      });
       const send = (body: string, { path = '/v1/charges', version = '1', type = 'application/json' } = {}) =>
         core.handle(
           new Request(`http://api.test${path}`, { method: 'POST', headers: { 'idempotency-key': 'k-1', 'content-type': type, 'api-version': version }, body }),
