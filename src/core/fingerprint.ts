@@ -82,7 +82,7 @@ export function fingerprint(input: FingerprintInput): Uint8Array {
 }
 
 /** SHA-256 of `bytes`: the one-shot `crypto.hash` where Node has it (20.12+), which skips building a Hash object. */
-const sha256: (bytes: Uint8Array) => Buffer =
+export const sha256: (bytes: Uint8Array) => Buffer =
   typeof (crypto as { hash?: unknown }).hash === 'function'
     ? (bytes) => (crypto as unknown as { hash(algorithm: string, data: Uint8Array, encoding: 'buffer'): Buffer }).hash('sha256', bytes, 'buffer')
     : (bytes) => createHash('sha256').update(bytes).digest();

@@ -210,13 +210,13 @@ export class IdempotencyEngine<Tx = unknown> {
     const lease = this.callLease(input.leaseMs);
     let waitMs = input.waitMs === undefined ? this.waitMs : waitRefusal(this.store) === undefined ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
     if (input.maxWaitMs !== undefined) waitMs = Math.min(waitMs, Math.max(0, input.maxWaitMs));
-    const started = performance.now();
     const cache = this.replayCache;
     if (cache !== undefined) {
       // protocol.md K20: a finished key is answered from memory, mismatch checked first (K3).
       const cached = cache.get(scope, key);
       if (cached !== undefined) return this.fromCache(cached, input.fingerprint);
     }
+    const started = performance.now();
     let changes: KeyChanges | undefined;
     try {
       // A takeover can lose to another retry taking over at the same moment; the next turn

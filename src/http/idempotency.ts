@@ -2,6 +2,7 @@ import { DEFAULT_KEY_HEADER, DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../
 import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
 import { fingerprint, parsePointer } from '../core/fingerprint.js';
 import { parseIdempotencyKey, validateKey } from '../core/key.js';
+import { FINGERPRINT_MEMO_SIZE, FingerprintMemo } from './fingerprint-memo.js';
 import { type BeginResult, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
 import type { StoredResponse } from '../store/types.js';
@@ -61,6 +62,9 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly problems: ProblemFormat;
   /** The expiry header's name (protocol.md H40), or undefined when off. */
   private readonly expiresHeader: string | undefined;
+  private readonly fingerprintHeaders: readonly string[];
+  /** Fingerprints of recent raw requests (protocol.md H29), or undefined when off. */
+  private readonly fingerprints: FingerprintMemo | undefined;
 
   /** @throws {InvalidOptionError} for missing store/engine or bad options (at start-up, never per request). */
   constructor(private readonly options: IdempotencyOptions<Tx>) {
@@ -101,6 +105,10 @@ export class HttpIdempotency<Tx = unknown> {
     if (options.fingerprintProjection !== undefined && typeof options.fingerprintProjection !== 'function') {
       throw new InvalidOptionError('idem: fingerprintProjection must be a function');
     }
+    this.fingerprintHeaders = options.fingerprintHeaders ?? [];
+    const memo = options.fingerprintMemo ?? FINGERPRINT_MEMO_SIZE;
+    if (!(Number.isInteger(memo) && memo >= 0)) throw new InvalidOptionError('idem: fingerprintMemo must be a whole number of requests >= 0');
+    this.fingerprints = memo > 0 ? new FingerprintMemo(memo) : undefined;
     if (options.getKey !== undefined && typeof options.getKey !== 'function') {
       throw new InvalidOptionError('idem: getKey must be a function');
     }
@@ -132,12 +140,11 @@ export class HttpIdempotency<Tx = unknown> {
     if (!this.protects(request.method)) return { kind: 'pass' };
     let key: string | undefined;
     try {
-      const fromHeader = () => parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.keyHeader));
       if (this.options.getKey) {
         key = optionalKey(this.options.getKey(request));
         // A key header next to the key getKey found must name the same key: two different
         // keys for one request are ambiguous, never silently ignored (protocol.md H5).
-        const header = request.headers.get(this.keyHeader) !== null ? fromHeader() : undefined;
+        const header = request.headers.get(this.keyHeader) !== null ? this.headerKey(request) : undefined;
         if (header !== undefined && header !== key) {
           return this.problem(
             ProblemKind.InvalidKey,
@@ -146,7 +153,7 @@ export class HttpIdempotency<Tx = unknown> {
           );
         }
       } else {
-        key = fromHeader();
+        key = this.headerKey(request);
       }
     } catch (error) {
       if (!(error instanceof InvalidKeyError)) throw error;
@@ -159,17 +166,7 @@ export class HttpIdempotency<Tx = unknown> {
     let begun: BeginResult<Tx>;
     try {
       const scope = this.options.scope ? await this.options.scope(request) : credentialScope(request.headers);
-      const url = new URL(request.url, 'http://idem.invalid');
-      const fp = fingerprint({
-        method: request.method,
-        path: url.pathname,
-        query: url.searchParams,
-        contentType: request.headers.get('content-type'),
-        body: request.body,
-        headers: (this.options.fingerprintHeaders ?? []).map((h) => [h, request.headers.get(h) ?? ''] as const),
-        ...(this.options.fingerprintIgnore ? { ignore: this.options.fingerprintIgnore } : {}),
-        ...(this.options.fingerprintProjection ? { project: this.options.fingerprintProjection } : {}),
-      });
+      const fp = this.fingerprintOf(request);
       begun = await this.engine.begin(
         limits?.maxWaitMs === undefined ? { scope, key, fingerprint: fp } : { scope, key, fingerprint: fp, maxWaitMs: limits.maxWaitMs },
       );
@@ -226,6 +223,38 @@ export class HttpIdempotency<Tx = unknown> {
         };
       }
     }
+  }
+
+  /** The key in the request's key header, or undefined when there is none (protocol.md H4). */
+  private headerKey(request: HttpRequestInput): string | undefined {
+    return parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.keyHeader));
+  }
+
+  /**
+   * The request's fingerprint (protocol.md H7), through the memo of recent raw requests
+   * (protocol.md H29): a byte-identical retry is not parsed and canonicalised again.
+   */
+  private fingerprintOf(request: HttpRequestInput): Uint8Array {
+    const contentType = request.headers.get('content-type');
+    const names = this.fingerprintHeaders;
+    const values = names.length === 0 ? NO_VALUES : names.map((h) => request.headers.get(h) ?? '');
+    const memo = this.fingerprints;
+    const id = memo?.idOf({ method: request.method, url: request.url, contentType, body: request.body, headerValues: values });
+    const known = id === undefined ? undefined : memo!.get(id);
+    if (known !== undefined) return known;
+    const url = new URL(request.url, 'http://idem.invalid');
+    const print = fingerprint({
+      method: request.method,
+      path: url.pathname,
+      query: url.searchParams,
+      contentType,
+      body: request.body,
+      headers: names.map((h, i) => [h, values[i]!] as const),
+      ...(this.options.fingerprintIgnore ? { ignore: this.options.fingerprintIgnore } : {}),
+      ...(this.options.fingerprintProjection ? { project: this.options.fingerprintProjection } : {}),
+    });
+    if (id !== undefined) memo!.set(id, print);
+    return print;
   }
 
   /**
@@ -447,6 +476,9 @@ export class HttpIdempotency<Tx = unknown> {
 
 /** Default of `maxResponseBytes`: 32 MiB. */
 export const DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+
+/** No fingerprint headers configured: one shared empty list. */
+const NO_VALUES: readonly string[] = [];
 
 function optionalKey(key: string | undefined): string | undefined {
   return key === undefined ? undefined : validateKey(key);

@@ -67,6 +67,14 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    * rpc.params })`. Must be pure. Applies to JSON bodies only.
    */
   fingerprintProjection?: (body: unknown) => unknown;
+  /**
+   * How many recent requests' fingerprints are remembered by a SHA-256 of their raw bytes
+   * (protocol.md H29), so a byte-identical retry is not parsed and canonicalised again. The
+   * fingerprint a request gets is the same either way, and it is compared on every replay.
+   * `0` turns it off. JSON and form bodies only (other bodies are hashed raw already).
+   * @default 4096
+   */
+  fingerprintMemo?: number;
   /** Response headers stored and replayed; Set-Cookie, Authorization and the like are never stored. */
   replayHeaders?: string[];
   /**

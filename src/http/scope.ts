@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { sha256 } from '../core/fingerprint.js';
 
 /** Scope of requests that carry no credential. */
 export const PUBLIC_SCOPE = 'public';
@@ -17,8 +17,8 @@ export const PUBLIC_SCOPE = 'public';
  */
 export function credentialScope(headers: Headers): string {
   const authorization = headers.get('authorization');
-  if (authorization) return 'auth:' + createHash('sha256').update(authorization).digest('base64url');
+  if (authorization) return 'auth:' + sha256(Buffer.from(authorization)).toString('base64url');
   const cookie = headers.get('cookie');
-  if (cookie) return 'cookie:' + createHash('sha256').update(cookie).digest('base64url');
+  if (cookie) return 'cookie:' + sha256(Buffer.from(cookie)).toString('base64url');
   return PUBLIC_SCOPE;
 }

@@ -16,9 +16,17 @@ export function describeStatement(text: string): string {
   return `the statement ${text.trim().split(/\s+/, 2).join(' ')}`;
 }
 
-/** Settles like `promise`, or rejects with a {@link StoreTimeoutError} after `ms` and calls `onTimeout`. */
-export function deadline<T>(promise: Promise<T>, ms: number, what: string, onTimeout: () => void): Promise<T> {
-  return withDeadline(promise, ms, `idem/postgres: ${what} took longer than storeTimeoutMs (${ms} ms)`, onTimeout);
+/** The message of a wait that missed its deadline. */
+function lateMessage(what: string | (() => string), ms: number): string {
+  return `idem/postgres: ${typeof what === 'function' ? what() : what} took longer than storeTimeoutMs (${ms} ms)`;
+}
+
+/**
+ * Settles like `promise`, or rejects with a {@link StoreTimeoutError} after `ms` and calls
+ * `onTimeout`. `what` (a function: called only then) names the wait in the error.
+ */
+export function deadline<T>(promise: Promise<T>, ms: number, what: string | (() => string), onTimeout: () => void): Promise<T> {
+  return withDeadline(promise, ms, () => lateMessage(what, ms), onTimeout);
 }
 
 /**
@@ -34,7 +42,7 @@ export interface TransactionDeadline {
    * `promise` under the deadline; past it, `onTimeout` runs (e.g. destroy the connection) and
    * the transaction's outcome is the {@link StoreTimeoutError}.
    */
-  wait<T>(promise: Promise<T>, what: string, onTimeout?: () => void): Promise<T>;
+  wait<T>(promise: Promise<T>, what: string | (() => string), onTimeout?: () => void): Promise<T>;
   /**
    * A wait that the returned function ends (e.g. from the moment BEGIN is sent until the
    * transaction's body starts). That function throws the {@link StoreTimeoutError} when the
@@ -55,10 +63,10 @@ export function transactionDeadline(ms: number): TransactionDeadline {
   const aborted = new Promise<never>((_, reject) => (abort = reject));
   aborted.catch(() => undefined); // only `settle` reports it
   const open = new Set<() => void>();
-  const wait = <T>(promise: Promise<T>, what: string, onTimeout?: () => void): Promise<T> =>
+  const wait = <T>(promise: Promise<T>, what: string | (() => string), onTimeout?: () => void): Promise<T> =>
     deadline(promise, ms, what, () => {
       onTimeout?.();
-      missed ??= new StoreTimeoutError(`idem/postgres: ${what} took longer than storeTimeoutMs (${ms} ms)`);
+      missed ??= new StoreTimeoutError(lateMessage(what, ms));
       abort(missed);
     });
   return {

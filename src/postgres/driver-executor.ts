@@ -20,7 +20,7 @@ const ignore = () => undefined;
 export function driverExecutor<Tx>(driver: SqlDriver<Tx>, limits: ExecutorLimits): SqlExecutor<Tx> {
   const ms = limits.timeoutMs ?? 0;
   const timed = (db: Queryable, text: string, params: unknown[] | undefined): Promise<QueryResultLike> =>
-    deadline(db.query(text, params), ms, describeStatement(text), ignore);
+    deadline(db.query(text, params), ms, () => describeStatement(text), ignore);
 
   /**
    * The driver's transaction, with idem's statements in it under the deadline, and the commit

@@ -66,7 +66,7 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
   const clocks = new WeakMap<PoolClientLike, TransactionDeadline>();
 
   /** `promise` under the deadline: the transaction's when there is one, else one of its own. */
-  function wait<T>(promise: Promise<T>, what: string, onTimeout: () => void, clock: TransactionDeadline | undefined): Promise<T> {
+  function wait<T>(promise: Promise<T>, what: string | (() => string), onTimeout: () => void, clock: TransactionDeadline | undefined): Promise<T> {
     return clock ? clock.wait(promise, what, onTimeout) : deadline(promise, timeoutMs, what, onTimeout);
   }
 
@@ -90,7 +90,12 @@ export function poolExecutor(pool: PoolLike, limits: ExecutorLimits): SqlExecuto
   /** One statement on `conn` under the deadline; past it, `conn` is destroyed. */
   function timed(conn: PoolClientLike, text: string, params?: unknown[], plain = false): Promise<QueryResultLike> {
     const run = plain ? conn.query(text) : named(conn, text, params);
-    return wait(run, describeStatement(text), () => destroy(conn, new StoreTimeoutError('statement deadline passed')), clocks.get(conn));
+    return wait(
+      run,
+      () => describeStatement(text),
+      () => destroy(conn, new StoreTimeoutError('statement deadline passed')),
+      clocks.get(conn),
+    );
   }
 
   /** A transaction on a connection of its own; its outcome is the first wait that missed the deadline, if one did. */

@@ -20,17 +20,29 @@ export class StoreTimeoutError extends Error {
 /**
  * Settles like `promise`, or rejects with a {@link StoreTimeoutError} carrying `message` after
  * `ms` and calls `onTimeout` first. `ms` of `0` (or not a finite positive number): no deadline.
- * The late outcome of `promise` is ignored (its rejection is caught, so it is never unhandled).
+ * The late outcome of `promise` is ignored (its rejection is handled, so it is never unhandled).
+ * `message` may be a function, called only when the deadline passes.
+ *
+ * One promise and one timer per call, settled by whichever comes first: it wraps every
+ * statement idem sends, and the `Promise.race` form (a promise for the timer, the race, a
+ * `finally`) cost a PostgreSQL replay about a quarter of idem's own CPU time (bench/notes.md).
  */
-export function withDeadline<T>(promise: Promise<T>, ms: number, message: string, onTimeout?: () => void): Promise<T> {
+export function withDeadline<T>(promise: Promise<T>, ms: number, message: string | (() => string), onTimeout?: () => void): Promise<T> {
   if (!(ms > 0 && Number.isFinite(ms))) return promise;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => {
       onTimeout?.();
-      reject(new StoreTimeoutError(message));
+      reject(new StoreTimeoutError(typeof message === 'function' ? message() : message));
     }, ms);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
   });
-  promise.catch(() => undefined); // its late failure is expected once the deadline has passed
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }
