@@ -26,9 +26,16 @@ export const TARGETS: Target[] = [
   { id: 'http-hono-replay', section: 'http', name: 'HTTP: replay behind idem (PostgreSQL, no cache) / bare Hono handler, c=16', atLeast: 0.6 },
   { id: 'http-hono-replay-cached', section: 'http', name: 'HTTP: replay behind idem (PostgreSQL, replayCache on) / bare Hono handler, c=16', atLeast: 0.6 },
   { id: 'peers-replay', section: 'peers', name: "peers: idem's replays (PostgreSQL, replay cache on) / fastest correct peer", atLeast: 1 },
-  { id: 'dbos-new-16', section: 'dbos', name: 'idem / DBOS Transact, per new charge, c=16', atLeast: 3 },
-  { id: 'dbos-dup-16', section: 'dbos', name: 'idem / DBOS Transact, per duplicate, c=16', atLeast: 7 },
+  { id: 'dbos-new-16', section: 'dbos', name: 'idem / DBOS Transact, per new charge, c=16', atLeast: 4 },
+  { id: 'dbos-dup-16', section: 'dbos', name: 'idem / DBOS Transact, per duplicate, c=16', atLeast: 10 },
   { id: 'group-64', section: 'group-commit', name: 'group commit new requests / raw, c=64 (p99 beside)', atLeast: 2 },
+  { id: 'consumer-amqp', section: 'consumer', name: 'consumer on RabbitMQ: idem / the same consumer with no dedup (one INSERT per message)', atLeast: 0.6 },
+  {
+    id: 'consumer-nats',
+    section: 'consumer',
+    name: 'consumer on NATS JetStream: idem / the same consumer with no dedup (one INSERT per message)',
+    atLeast: 0.6,
+  },
   // Filled by bench/postgresjs.ts (the postgres.js driver, issue 14) when it is in the suite.
   { id: 'postgresjs', section: 'postgresjs', name: 'postgres.js driver: idem / raw (bench/postgresjs.ts)', atLeast: 0.9 },
 ];
