@@ -78,8 +78,22 @@ function counter(n: number): { count: () => void; done: Promise<void> } {
   return { count: () => void (++settled === n && finish()), done };
 }
 
-const stats = (n: number, started: number): Stats => {
+/**
+ * Statements sent to PostgreSQL (every `pg` client query: BEGIN and COMMIT included), counted
+ * while a side drains: the profile that does not move with the machine's load.
+ */
+let statements = 0;
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  statements++;
+  return (query as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof query;
+/** Statements per message of each broker's side, per round. */
+const perMessage = new Map<string, number[]>();
+
+const stats = (n: number, started: number, key: string, statementsBefore: number): Stats => {
   const seconds = (performance.now() - started) / 1000;
+  perMessage.set(key, [...(perMessage.get(key) ?? []), (statements - statementsBefore) / n]);
   return { opsPerSec: n / seconds, p50Ms: Number.NaN, p99Ms: Number.NaN, ops: n };
 };
 
@@ -97,6 +111,7 @@ async function rabbit(bench: Bench): Promise<Broker> {
       await Promise.all(sends);
       const { count, done } = counter(n);
       const started = performance.now();
+      const before = statements;
       let stop: () => Promise<void>;
       if (side === 'raw') {
         await channel.prefetch(PREFETCH);
@@ -123,7 +138,7 @@ async function rabbit(bench: Bench): Promise<Broker> {
         stop = running.stop;
       }
       await done;
-      const result = stats(n, started);
+      const result = stats(n, started, `RabbitMQ:${side}`, before);
       await stop();
       await channel.deleteQueue(queue);
       await channel.deleteQueue(`${queue}.idem-retry`).catch(() => undefined);
@@ -154,6 +169,7 @@ async function nats(bench: Bench): Promise<Broker> {
         const messages: ConsumerMessages = await (await js.consumers.get(name, name)).consume({ max_messages: PREFETCH });
         const { count, done } = counter(n);
         const started = performance.now();
+        const before = statements;
         let running: Promise<void>;
         if (side === 'raw') {
           running = (async () => {
@@ -183,7 +199,7 @@ async function nats(bench: Bench): Promise<Broker> {
           });
         }
         await done;
-        const result = stats(n, started);
+        const result = stats(n, started, `NATS JetStream:${side}`, before);
         await messages.close();
         await running;
         return result;
@@ -249,14 +265,18 @@ export async function consumers(cfg: BenchConfig, log: (line: string) => void): 
       'with a `handler`, each message is claimed, its INSERT committed with its recovery point (`ctx.phase`) or with the finish (`ctx.complete`), and acked after the finish committed; ' +
       'with `effects` (protocol.md K39), the deliveries that arrived together are claimed, applied and finished in one transaction, then acked. The target row is `effects`.',
     '',
-    '| broker | consumer | msg/s | **/ no dedup** | noise |',
-    '|---|---|---:|---:|---:|',
+    '| broker | consumer | msg/s | **/ no dedup** | PostgreSQL statements per message | noise |',
+    '|---|---|---:|---:|---:|---:|',
   ];
+  const statementsOf = (broker: string, side: Side) => {
+    const xs = [...(perMessage.get(`${broker}:${side}`) ?? [])].sort((a, b) => a - b);
+    return xs.length ? xs[Math.floor(xs.length / 2)]!.toFixed(2) : 'n/a';
+  };
   const targets: Section['targets'] = {};
   const headline: Record<string, string> = {};
   for (const r of results) {
     if (!r.sides) {
-      lines.push(`| ${r.broker} | skipped | | | ${r.skipped} |`);
+      lines.push(`| ${r.broker} | skipped | | | | ${r.skipped} |`);
       continue;
     }
     const { raw, phase, complete, effects } = r.sides;
@@ -264,12 +284,12 @@ export async function consumers(cfg: BenchConfig, log: (line: string) => void): 
     for (const side of SIDES) {
       const s = r.sides[side];
       lines.push(
-        `| ${r.broker} | ${SIDE_NAMES[side]} | ${fmtRate(s.opsPerSec)} | **${side === 'raw' ? '1' : ratio(s.opsPerSec, raw.opsPerSec)}** | ${fmtNoise(s.noise)} |`,
+        `| ${r.broker} | ${SIDE_NAMES[side]} | ${fmtRate(s.opsPerSec)} | **${side === 'raw' ? '1' : ratio(s.opsPerSec, raw.opsPerSec)}** | ${statementsOf(r.broker, side)} | ${fmtNoise(s.noise)} |`,
       );
     }
     targets[r.broker === 'RabbitMQ' ? 'consumer-amqp' : 'consumer-nats'] = {
       value: effects.opsPerSec / raw.opsPerSec,
-      detail: `${fmtRate(effects.opsPerSec)} / ${fmtRate(raw.opsPerSec)} msg/s (\`effects\`, batched); \`ctx.phase\` ${ratio(phase.opsPerSec, raw.opsPerSec)}, \`ctx.complete\` ${ratio(complete.opsPerSec, raw.opsPerSec)}`,
+      detail: `${fmtRate(effects.opsPerSec)} / ${fmtRate(raw.opsPerSec)} msg/s (\`effects\`, batched, ${statementsOf(r.broker, 'effects')} statements per message); \`ctx.phase\` ${ratio(phase.opsPerSec, raw.opsPerSec)}, \`ctx.complete\` ${ratio(complete.opsPerSec, raw.opsPerSec)}`,
       whyMissed:
         "a batch's INSERTs run one after another on its one connection (two batches at a time) where the plain consumer runs one per delivery on its own connection; per message idem adds a share of the batch's BEGIN, claim, finish and COMMIT (bench/notes.md).",
     };

@@ -88,7 +88,7 @@ for (const engine of engines) {
       assert.deepEqual(out[0], { action: 'ack', reason: 'duplicate' });
       assert.deepEqual(out[1], { action: 'ack', reason: 'processed' });
       assert.deepEqual(out[2], { action: 'ack', reason: 'processed' });
-      assert.deepEqual([out[3], out[4]].map((d) => d.reason).sort(), ['duplicate', 'processed']);
+      assert.deepEqual([out[3], out[4]].map((d) => d?.reason).sort(), ['duplicate', 'processed']);
       assert.deepEqual(mismatch[0], { action: 'dead-letter', reason: 'mismatch' });
       assert.deepEqual(mismatch[1], { action: 'ack', reason: 'processed' });
       const c = await counts();
