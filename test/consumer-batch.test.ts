@@ -12,7 +12,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { engines, useEngine } from './helpers/engines.js';
 import { needs, serviceUrl } from './helpers/services.js';
-import { consumerTables, until } from './helpers/consumer-setup.js';
+import { consumerTables, startConsumerProcess, until } from './helpers/consumer-setup.js';
 import { type ConsumedMessage, type Disposition, IdempotentConsumer } from '../src/consumer/index.js';
 import { amqpPublisher, consumeAmqp } from '../src/amqp/index.js';
 import { consumeJetStream } from '../src/nats/index.js';
@@ -194,6 +194,39 @@ for (const engine of engines) {
       const counts = await t.counts();
       for (const id of ids) assert.equal(counts.get(id), 1, id);
       assert.equal((await channel.checkQueue(q)).messageCount, 0, 'everything acked');
+    });
+
+    it('a consumer process SIGKILLed inside a batch: nothing of the batch committed, every message redelivered and applied once', {
+      skip: engine.name !== 'postgres' && 'needs a database shared between processes',
+    }, async () => {
+      const t = await consumerTables(db.client());
+      db.cleanup(t.drop);
+      const q = `idem-test-${randomBytes(5).toString('hex')}`;
+      queues.push(q, `${q}.idem-retry`);
+      await channel.assertQueue(q, { durable: false });
+      const ids = Array.from({ length: 8 }, () => randomUUID());
+      const send = amqpPublisher(channel);
+      for (const id of ids) await send({ id, destination: q, body: json({ id }), contentType: 'application/json' });
+      const proc = await startConsumerProcess('amqp', q, t.table, 'effects');
+      assert.ok(ids.includes(await proc.phase));
+      await proc.kill();
+      const seen: Disposition[] = [];
+      const running = await consumeAmqp({
+        channel,
+        queue: q,
+        consumer: new IdempotentConsumer<Queryable>({ store: t.store, scope: q }),
+        prefetch: 8,
+        effects: (tx, m) => t.insert(tx, m.id),
+        onDisposition: (d) => seen.push(d),
+      });
+      await until(() => seen.length === ids.length, 60_000, 'every message after the crash');
+      await running.stop();
+      assert.ok(
+        seen.every((d) => d.action === 'ack' && d.reason === 'processed'),
+        JSON.stringify(seen),
+      );
+      const counts = await t.counts();
+      for (const id of ids) assert.equal(counts.get(id), 1, id);
     });
   });
 
