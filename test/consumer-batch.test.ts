@@ -208,7 +208,7 @@ for (const engine of engines) {
       const send = amqpPublisher(channel);
       for (const id of ids) await send({ id, destination: q, body: json({ id }), contentType: 'application/json' });
       const proc = await startConsumerProcess('amqp', q, t.table, 'effects');
-      assert.ok(ids.includes(await proc.phase));
+      assert.ok((ids as string[]).includes(await proc.phase));
       await proc.kill();
       const seen: Disposition[] = [];
       const running = await consumeAmqp({
