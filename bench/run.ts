@@ -1,7 +1,7 @@
 /**
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
- * `--only=library,pglite,postgresjs,http,peers,redis,growth,memory,group-commit,dbos,cache,claim-path,wait,citus` runs a subset and MERGES it into the existing report: the sections it
+ * `--only=library,pglite,postgresjs,http,peers,redis,growth,memory,group-commit,dbos,cache,claim-path,wait,consumer,citus` runs a subset and MERGES it into the existing report: the sections it
  * ran replace theirs, the others are kept as they were measured (each section says when, in
  * which mode and under which load it ran). The sections of a report are kept beside it in
  * `benchmarks.json`, from which the merged report is written. Quick runs (and runs with a
@@ -10,7 +10,8 @@
  *
  * Needs PostgreSQL (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) and Redis
  * (REDIS_URL, default redis://127.0.0.1:6379; the peers section is skipped with a note when
- * Redis is down). pgbench is used when installed (PGBENCH=/path overrides).
+ * Redis is down). pgbench is used when installed (PGBENCH=/path overrides). The consumer section
+ * uses RabbitMQ (AMQP_URL) and NATS (NATS_URL) and skips a broker that does not answer, with a note.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
@@ -118,9 +119,10 @@ await section('dbos', async () => (await import('./dbos.js')).dbos);
 await section('cache', async () => (await import('./replay-cache.js')).replayCache);
 await section('claim-path', async () => (await import('./claim-path.js')).claimPath);
 await section('wait', async () => (await import('./wait-mode.js')).waitMode);
+await section('consumer', async () => (await import('./consumer.js')).consumers);
 // Citus: in a full run when CITUS_URL names a coordinator; with --only=citus a note says why it was skipped.
 if (only?.includes('citus') || (!only && process.env.CITUS_URL)) await section('citus', async () => (await import('./citus.js')).citus);
-const ORDER = ['library', 'pglite', 'postgresjs', 'http', 'peers', 'redis', 'growth', 'memory', 'group-commit', 'dbos', 'cache', 'claim-path', 'wait', 'citus'];
+const ORDER = ['library', 'pglite', 'postgresjs', 'http', 'peers', 'redis', 'growth', 'memory', 'group-commit', 'dbos', 'cache', 'claim-path', 'wait', 'consumer', 'citus'];
 
 // Only a complete full run replaces the published report (docs/); a quick or failed run
 // writes next to the suite, in bench/out/ (not committed).

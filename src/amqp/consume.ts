@@ -1,5 +1,6 @@
 import { InvalidOptionError } from '../core/errors.js';
-import type { IdempotentConsumer, MessageHandler } from '../consumer/consumer.js';
+import { DeliveryBatcher } from '../consumer/batcher.js';
+import type { IdempotentConsumer, MessageEffects, MessageHandler } from '../consumer/consumer.js';
 import type { ConsumedMessage, Disposition } from '../consumer/types.js';
 import type { AmqpConfirmChannelLike, AmqpMessageLike, AmqpPublishOptions } from './types.js';
 
@@ -16,8 +17,15 @@ export interface AmqpConsumeOptions<Tx = unknown> {
   queue: string;
   /** The broker-free consumer: store, scope, maxAttempts. */
   consumer: IdempotentConsumer<Tx>;
-  /** The work for one message. */
-  handler: MessageHandler<Tx>;
+  /** The work for one message, through `ctx.phase` / `ctx.call` / `ctx.complete`. Exactly one of `handler` and `effects`. */
+  handler?: MessageHandler<Tx>;
+  /**
+   * Instead of `handler`: the message's local effects alone, in the store's transaction. The
+   * deliveries that arrive together (up to `prefetch`) are then claimed, applied and finished
+   * in one transaction on a store that can batch (`IdempotentConsumer.consumeBatch`,
+   * protocol.md K39), and acked after its commit.
+   */
+  effects?: MessageEffects<Tx>;
   /**
    * Unacknowledged messages in flight on this channel (`basic.qos`).
    * @default 16
@@ -76,22 +84,28 @@ export interface AmqpConsumer {
  * @throws {InvalidOptionError} for a missing channel, queue, consumer or handler.
  */
 export async function consumeAmqp<Tx>(options: AmqpConsumeOptions<Tx>): Promise<AmqpConsumer> {
-  const { channel, queue, consumer, handler } = options;
-  if (!channel || typeof channel.consume !== 'function' || typeof queue !== 'string' || !queue || !consumer || typeof handler !== 'function') {
-    throw new InvalidOptionError('idem/amqp: consumeAmqp needs { channel, queue, consumer, handler }');
+  const { channel, queue, consumer, handler, effects } = options;
+  if (
+    !channel ||
+    typeof channel.consume !== 'function' ||
+    typeof queue !== 'string' ||
+    !queue ||
+    !consumer ||
+    (typeof handler === 'function') === (typeof effects === 'function')
+  ) {
+    throw new InvalidOptionError('idem/amqp: consumeAmqp needs { channel, queue, consumer } and one of handler or effects');
   }
   const retryQueue = options.retryQueue ?? `${queue}.idem-retry`;
   await channel.assertQueue(retryQueue, {
     durable: true,
     arguments: { 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': queue },
   });
-  await channel.prefetch(options.prefetch ?? 16);
+  const prefetch = options.prefetch ?? 16;
+  await channel.prefetch(prefetch);
   const messageIdOf = options.messageId ?? ((m: AmqpMessageLike) => m.properties.messageId);
   const inFlight = new Set<Promise<void>>();
 
-  const settle = async (msg: AmqpMessageLike): Promise<void> => {
-    const message = toConsumed(msg, messageIdOf(msg));
-    const disposition = await consumer.consume(message, handler);
+  const settle = async (msg: AmqpMessageLike, message: ConsumedMessage, disposition: Disposition): Promise<void> => {
     try {
       options.onDisposition?.(disposition, message);
     } catch {
@@ -125,16 +139,28 @@ export async function consumeAmqp<Tx>(options: AmqpConsumeOptions<Tx>): Promise<
     }
   };
 
+  const track = (p: Promise<void>) => {
+    const q = p.catch(() => {
+      // The copy was not confirmed or the channel closed: nothing was acked, so the broker
+      // redelivers the original when the channel ends.
+    });
+    inFlight.add(q);
+    void q.finally(() => inFlight.delete(q));
+  };
+  // With `effects`: deliveries go in batches (protocol.md K39), acked once their batch committed.
+  const batcher = new DeliveryBatcher<AmqpMessageLike>(async (msgs) => {
+    const messages = msgs.map((msg) => toConsumed(msg, messageIdOf(msg)));
+    const dispositions = await consumer.consumeBatch(messages, effects!);
+    await Promise.all(msgs.map((msg, i) => settle(msg, messages[i]!, dispositions[i]!).catch(() => undefined)));
+  });
+
   const { consumerTag } = await channel.consume(
     queue,
     (msg: AmqpMessageLike | null) => {
       if (!msg) return; // the broker cancelled the consumer
-      const p = settle(msg).catch(() => {
-        // The copy was not confirmed or the channel closed: nothing was acked, so the broker
-        // redelivers the original when the channel ends.
-      });
-      inFlight.add(p);
-      void p.finally(() => inFlight.delete(p));
+      if (effects) return batcher.add(msg);
+      const message = toConsumed(msg, messageIdOf(msg));
+      track(consumer.consume(message, handler!).then((disposition) => settle(msg, message, disposition)));
     },
     { noAck: false },
   );
@@ -142,7 +168,7 @@ export async function consumeAmqp<Tx>(options: AmqpConsumeOptions<Tx>): Promise<
     consumerTag,
     async stop() {
       await channel.cancel(consumerTag).catch(() => undefined);
-      await Promise.all([...inFlight]);
+      await Promise.all([...inFlight, batcher.drained()]);
     },
   };
 }

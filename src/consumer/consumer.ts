@@ -1,13 +1,25 @@
+import { decide } from '../core/decide.js';
 import { fingerprint } from '../core/fingerprint.js';
+import { validateKey } from '../core/key.js';
 import { InvalidKeyError, InvalidOptionError, InvalidScopeError, LeaseLostError } from '../core/errors.js';
 import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
 import { isTransientFailure } from '../http/attempts.js';
 import type { Execution } from '../engine/execution.js';
+import type { BatchingStore, BatchOutcome } from '../store/types.js';
 import { MessageContext, resultResponse } from './context.js';
 import type { ConsumedMessage, Disposition } from './types.js';
 
 /** A message handler: runs the work through the context's phases and calls. */
 export type MessageHandler<Tx = unknown> = (ctx: MessageContext<Tx>) => Promise<unknown>;
+
+/**
+ * A message's local effects and nothing else, in the transaction the store gives (e.g. one
+ * INSERT): what {@link IdempotentConsumer.consumeBatch} applies to several messages in one
+ * transaction. Its JSON result is stored with the key, as `ctx.complete` stores it. It may run
+ * more than once in this process (a batch that rolled back is applied again key by key), so
+ * it must have no effect outside the transaction.
+ */
+export type MessageEffects<Tx = unknown> = (tx: Tx, message: ConsumedMessage) => Promise<unknown>;
 
 /** Options of {@link IdempotentConsumer}: an engine (or a store and the engine's options) and the consumer's own. */
 export type ConsumerOptions<Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } | EngineOptions<Tx>) & {
@@ -156,6 +168,60 @@ export class IdempotentConsumer<Tx = unknown> {
       case 'execute':
         return this.run(begun.execution, message, attempt, handler);
     }
+  }
+
+  /**
+   * Processes deliveries that arrived together, each at most once in effect, with effects that
+   * need only the store's transaction (protocol.md K39): on a store that can batch
+   * (`PostgresStore` on a plain table without `notify`), the new keys are claimed, their
+   * effects applied and the keys finished in ONE transaction, one commit for the batch; a key
+   * that exists is decided as a claim would (`K3`: a finished key is acked as a duplicate, a
+   * fingerprint mismatch dead-lettered). Everything else (a key in progress or abandoned, the
+   * same key twice, a batch that failed and rolled back, a store that cannot batch) goes
+   * through {@link consume} with `ctx.complete(effects)`, which retries, counts attempts and
+   * dead-letters as usual. Never throws.
+   *
+   * @returns one disposition per message, in order.
+   */
+  async consumeBatch(messages: readonly ConsumedMessage[], effects: MessageEffects<Tx>): Promise<Disposition[]> {
+    const alone = (message: ConsumedMessage) => this.consume(message, (ctx) => ctx.complete((tx) => effects(tx, ctx.message)));
+    const store = this.engine.store as Partial<BatchingStore<Tx>>;
+    if (typeof store.commitBatch !== 'function') return Promise.all(messages.map(alone));
+    const dispositions: Array<Disposition | undefined> = messages.map(() => undefined);
+    const items: Array<{ key: string; fingerprint: Uint8Array }> = [];
+    const at: number[] = [];
+    const keys = new Set<string>();
+    for (let i = 0; i < messages.length; i++) {
+      const message = messages[i]!;
+      try {
+        if (!message || !(message.body instanceof Uint8Array)) continue; // dead-lettered on its own path
+        const key = validateKey(this.keyOf(message));
+        if (keys.has(key)) continue; // the second copy waits for the first: on its own path, after the batch
+        keys.add(key);
+        items.push({ key, fingerprint: fingerprint({ method: 'MESSAGE', path: this.scope, contentType: message.contentType ?? null, body: message.body }) });
+        at.push(i);
+      } catch {
+        // an invalid id or payload: dead-lettered on its own path
+      }
+    }
+    let outcomes: BatchOutcome[] | undefined;
+    if (items.length > 0) {
+      try {
+        const input = { scope: this.scope, items, leaseMs: this.engine.leaseMs, retentionMs: this.engine.retentionMs };
+        outcomes = await store.commitBatch(input, async (tx, j) => resultResponse(await effects(tx, messages[at[j]!]!)));
+      } catch {
+        // Rolled back, nothing committed: every message goes its own way below.
+      }
+    }
+    outcomes?.forEach((outcome, j) => {
+      if (outcome.kind === 'done') dispositions[at[j]!] = { action: 'ack', reason: 'processed' };
+      else if (outcome.kind === 'exists') {
+        const decision = decide(outcome.record, items[j]!.fingerprint).kind;
+        if (decision === 'replay') dispositions[at[j]!] = { action: 'ack', reason: 'duplicate' };
+        else if (decision === 'mismatch') dispositions[at[j]!] = { action: 'dead-letter', reason: 'mismatch' };
+      }
+    });
+    return Promise.all(messages.map((message, i) => dispositions[i] ?? alone(message)));
   }
 
   private async run(execution: Execution<Tx>, message: ConsumedMessage, attempt: number, handler: MessageHandler<Tx>): Promise<Disposition> {

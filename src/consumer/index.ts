@@ -3,6 +3,6 @@
  * it. {@link IdempotentConsumer} turns one delivery into a {@link Disposition} (ack, retry,
  * dead-letter); `idem/amqp` and `idem/nats` carry it out on RabbitMQ and NATS JetStream.
  */
-export { IdempotentConsumer, type ConsumerOptions, type MessageHandler } from './consumer.js';
+export { IdempotentConsumer, type ConsumerOptions, type MessageEffects, type MessageHandler } from './consumer.js';
 export { MessageContext } from './context.js';
 export type { AckReason, ConsumedMessage, DeadLetterReason, Disposition, OutgoingMessage, Publisher, RetryReason } from './types.js';

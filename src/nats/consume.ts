@@ -1,5 +1,6 @@
 import { InvalidOptionError } from '../core/errors.js';
-import type { IdempotentConsumer, MessageHandler } from '../consumer/consumer.js';
+import { DeliveryBatcher } from '../consumer/batcher.js';
+import type { IdempotentConsumer, MessageEffects, MessageHandler } from '../consumer/consumer.js';
 import type { ConsumedMessage, Disposition, OutgoingMessage, Publisher } from '../consumer/types.js';
 import type { JetStreamPublisherLike, JsMsgLike } from './types.js';
 
@@ -9,8 +10,15 @@ export interface JetStreamConsumeOptions<Tx = unknown> {
   messages: AsyncIterable<JsMsgLike>;
   /** The broker-free consumer: store, scope, maxAttempts. */
   consumer: IdempotentConsumer<Tx>;
-  /** The work for one message. */
-  handler: MessageHandler<Tx>;
+  /** The work for one message, through `ctx.phase` / `ctx.call` / `ctx.complete`. Exactly one of `handler` and `effects`. */
+  handler?: MessageHandler<Tx>;
+  /**
+   * Instead of `handler`: the message's local effects alone, in the store's transaction. The
+   * messages that arrive together (up to `concurrency`) are then claimed, applied and finished
+   * in one transaction on a store that can batch (`IdempotentConsumer.consumeBatch`,
+   * protocol.md K39), and acked after its commit.
+   */
+  effects?: MessageEffects<Tx>;
   /**
    * Messages handled at once.
    * @default 1
@@ -54,29 +62,38 @@ export interface JetStreamConsumeOptions<Tx = unknown> {
  * @throws {InvalidOptionError} for missing messages, consumer or handler.
  */
 export async function consumeJetStream<Tx>(options: JetStreamConsumeOptions<Tx>): Promise<void> {
-  const { messages, consumer, handler } = options;
-  if (!messages || typeof messages[Symbol.asyncIterator] !== 'function' || !consumer || typeof handler !== 'function') {
-    throw new InvalidOptionError('idem/nats: consumeJetStream needs { messages, consumer, handler }');
+  const { messages, consumer, handler, effects } = options;
+  if (!messages || typeof messages[Symbol.asyncIterator] !== 'function' || !consumer || (typeof handler === 'function') === (typeof effects === 'function')) {
+    throw new InvalidOptionError('idem/nats: consumeJetStream needs { messages, consumer } and one of handler or effects');
   }
   const concurrency = options.concurrency ?? 1;
   if (!Number.isInteger(concurrency) || concurrency < 1) throw new InvalidOptionError('idem/nats: concurrency must be a positive integer');
   const messageIdOf = options.messageId ?? defaultMessageId;
   const inFlight = new Set<Promise<void>>();
 
-  const settle = async (msg: JsMsgLike): Promise<void> => {
-    const message: ConsumedMessage = {
-      id: messageIdOf(msg),
-      body: msg.data,
-      contentType: msg.headers?.get('Content-Type') || null,
-      attempt: msg.info.deliveryCount,
-    };
-    const working = options.ackWaitMs ? setInterval(() => msg.working(), Math.max(1, Math.floor(options.ackWaitMs / 3))) : undefined;
-    let disposition: Disposition;
+  const toMessage = (msg: JsMsgLike): ConsumedMessage => ({
+    id: messageIdOf(msg),
+    body: msg.data,
+    contentType: msg.headers?.get('Content-Type') || null,
+    attempt: msg.info.deliveryCount,
+  });
+  /** Runs `work` while telling JetStream every third of `ack_wait` that `msgs` are being worked on. */
+  const working = async <T>(msgs: JsMsgLike[], work: () => Promise<T>): Promise<T> => {
+    const timer = options.ackWaitMs
+      ? setInterval(
+          () => {
+            for (const msg of msgs) msg.working();
+          },
+          Math.max(1, Math.floor(options.ackWaitMs / 3)),
+        )
+      : undefined;
     try {
-      disposition = await consumer.consume(message, handler);
+      return await work();
     } finally {
-      if (working) clearInterval(working);
+      if (timer) clearInterval(timer);
     }
+  };
+  const settle = (msg: JsMsgLike, message: ConsumedMessage, disposition: Disposition): void => {
     try {
       options.onDisposition?.(disposition, message);
     } catch {
@@ -87,16 +104,42 @@ export async function consumeJetStream<Tx>(options: JetStreamConsumeOptions<Tx>)
     else if (options.termReason) msg.term(`idem: ${disposition.reason}`);
     else msg.term();
   };
+  const one = async (msg: JsMsgLike): Promise<void> => {
+    const message = toMessage(msg);
+    settle(msg, message, await working([msg], () => consumer.consume(message, handler!)));
+  };
+  const many = async (msgs: JsMsgLike[]): Promise<void> => {
+    const batch = msgs.map(toMessage);
+    const dispositions = await working(msgs, () => consumer.consumeBatch(batch, effects!));
+    msgs.forEach((msg, i) => {
+      try {
+        settle(msg, batch[i]!, dispositions[i]!);
+      } catch {
+        // The connection broke while settling: JetStream redelivers after ack_wait.
+      }
+    });
+  };
 
-  for await (const msg of messages) {
-    const p = settle(msg).catch(() => {
+  const track = (p: Promise<void>) => {
+    const q = p.catch(() => {
       // The connection broke while settling: JetStream redelivers after ack_wait.
     });
-    inFlight.add(p);
-    void p.finally(() => inFlight.delete(p));
+    inFlight.add(q);
+    void q.finally(() => inFlight.delete(q));
+  };
+  // With `effects`: messages go in batches (protocol.md K39), acked once their batch committed.
+  const batcher = new DeliveryBatcher<JsMsgLike>(many);
+
+  for await (const msg of messages) {
+    if (effects) {
+      batcher.add(msg);
+      if (batcher.count >= concurrency) await batcher.next();
+      continue;
+    }
+    track(one(msg));
     if (inFlight.size >= concurrency) await Promise.race(inFlight);
   }
-  await Promise.all([...inFlight]);
+  await Promise.all([...inFlight, batcher.drained()]);
 }
 
 function defaultMessageId(msg: JsMsgLike): string {

@@ -1,6 +1,8 @@
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import type {
   AbandonedKey,
+  BatchInput,
+  BatchOutcome,
   ClaimInput,
   ClaimResult,
   CommitRecord,
@@ -11,10 +13,12 @@ import type {
   KeyRef,
   OperatorWrite,
   RequestSnapshot,
+  StoredResponse,
   TakeOverResult,
 } from '../store/types.js';
 import { decodeSnapshot, encodeSnapshot } from '../store/records.js';
 import { type DistributeResult, distribute, distributionOf } from './citus.js';
+import { commitBatch } from './batch.js';
 import { claim, takeOver } from './claim.js';
 import type { Queryable, SqlDriver } from './client.js';
 import { commitRecord, commitWithEffects } from './commit.js';
@@ -163,6 +167,11 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     const result = effects ? await commitWithEffects(this.ctx, ref, recorded, effects) : await commitRecord(this.ctx, ref, recorded(undefined));
     if (finish && result.kind === 'ok') await this.notified(ref);
     return result;
+  }
+
+  /** Claims, effects and finishes of several keys in one transaction (protocol.md K39); plain table without `notify` only, else `undefined`. */
+  commitBatch(input: BatchInput, effects: (tx: Tx, index: number) => Promise<StoredResponse>): Promise<BatchOutcome[] | undefined> {
+    return commitBatch(this.ctx, input, effects);
   }
 
   /** `notify: 'after-commit'` (and Citus): tells the waiters of `ref`'s key that it changed (protocol.md K17). */

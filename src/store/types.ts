@@ -116,6 +116,39 @@ export interface ClaimInput {
   retentionMs: number;
 }
 
+/**
+ * A store that can also batch (protocol.md K39), e.g. `PostgresStore`: a capability the
+ * consumers look for (`typeof store.commitBatch === 'function'`), kept off
+ * {@link IdempotencyStore} so that a store typed for one transaction handle still fits another.
+ */
+export interface BatchingStore<Tx = unknown> {
+  /**
+   * In ONE transaction: claims every key of
+   * `items` (all in `scope`, distinct keys), runs `effects(tx, i)` for each key it claimed, in
+   * order, and finishes those keys with the responses `effects` returned, fenced by the tokens
+   * the claim drew; nothing is visible before the commit. A key that already exists is not
+   * claimed and its effects do not run: it is reported `exists` with its record, for the
+   * caller to decide (protocol.md K3). A key the batch cannot decide is reported `alone`.
+   * If `effects` throws, or any statement fails, everything rolls back and the error
+   * propagates: the caller then handles each item on its own.
+   *
+   * @returns one outcome per item, in order; `undefined` when this store cannot batch in its
+   *   current configuration (the caller handles each item on its own).
+   */
+  commitBatch(input: BatchInput, effects: (tx: Tx, index: number) => Promise<StoredResponse>): Promise<BatchOutcome[] | undefined>;
+}
+
+/** Input of {@link BatchingStore.commitBatch}: distinct keys of one scope, each with its fingerprint. */
+export interface BatchInput {
+  scope: string;
+  items: Array<{ key: string; fingerprint: Uint8Array }>;
+  leaseMs: number;
+  retentionMs: number;
+}
+
+/** One item's outcome in {@link BatchingStore.commitBatch}: finished by the batch, found existing, or left to its own path. */
+export type BatchOutcome = { kind: 'done' } | { kind: 'exists'; record: KeyRecord } | { kind: 'alone' };
+
 /** Outcome of a claim: this worker owns the key, or the key already exists. */
 export type ClaimResult =
   | {

@@ -28,9 +28,9 @@ export async function consumerTables(client: SqlClient) {
 }
 
 /** Starts test/helpers/consumer-process.ts and resolves once it printed READY; `phase` resolves on its first PHASE line. */
-export async function startConsumerProcess(broker: 'amqp' | 'nats', name: string, table: string) {
+export async function startConsumerProcess(broker: 'amqp' | 'nats', name: string, table: string, mode: 'handler' | 'effects' = 'handler') {
   const script = fileURLToPath(new URL('./consumer-process.ts', import.meta.url));
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', script, broker, name, table], {
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', script, broker, name, table, mode], {
     env: process.env,
     stdio: ['ignore', 'pipe', 'inherit'],
   });
