@@ -7,74 +7,20 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import type { Pool } from 'mysql2/promise';
+import { idem } from './helpers/cli.js';
 import { openMySqlDatabase } from './helpers/mysql-stores.js';
+import type { Database } from './helpers/payments/databases.js';
+import { type Server, startServer } from './helpers/payments/servers.js';
 import { needs } from './helpers/services.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const SERVER = join(ROOT, 'examples/payments/server.ts');
-const START_TIMEOUT_MS = 90_000;
-const SCRUBBED = /^(DATABASE_URL|REDIS_URL|IDEM_|PSP_|PAYMENTS_|PORT$|HOST$|NODE_TEST_CONTEXT$|NODE_OPTIONS$)/;
-
-interface Server {
-  url: string;
-  child: ChildProcess;
-  exited: Promise<unknown>;
-}
-
-function start(env: Record<string, string>): Promise<Server> {
-  const base: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !SCRUBBED.test(k)) base[k] = v;
-  const child = spawn(process.execPath, ['--import', 'tsx', SERVER], {
-    cwd: ROOT,
-    env: { ...base, PORT: '0', HOST: '127.0.0.1', PSP_LATENCY_MS: '10', IDEM_COMPLETER_INTERVAL_MS: '0', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  let output = '';
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`server did not start:\n${output}`));
-    }, START_TIMEOUT_MS);
-    const onData = (d: Buffer) => {
-      output += d.toString();
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+) \(mysql: /.exec(output);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ url: m[1]!, child, exited });
-      }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
-    void exited.then(() => {
-      clearTimeout(timer);
-      reject(new Error(`server exited before listening:\n${output}`));
-    });
-  });
-}
-
 /** One `idem complete` pass (a real CLI process) with the example's completer; its JSON report. */
-function idemComplete(url: string): Promise<string> {
-  const base: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !SCRUBBED.test(k)) base[k] = v;
-  const args = ['--import', 'tsx', join(ROOT, 'src/cli/main.ts'), 'complete', '--app', join(ROOT, 'examples/payments/complete.ts')];
-  const child = spawn(process.execPath, [...args, '--database-url', url, '--json'], {
-    cwd: ROOT,
-    env: { ...base, IDEM_LEASE_MS: '1000', IDEM_COMPLETER_GRACE_MS: '0', PSP_LATENCY_MS: '0' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-  return new Promise((resolve, reject) =>
-    child.once('exit', (code) => (code === 0 ? resolve(out.trim().split('\n').at(-1)!) : reject(new Error(`idem complete exited ${code}:\n${out}${err}`)))),
-  );
+async function idemComplete(url: string): Promise<{ found: number; completed: number }> {
+  const args = ['complete', '--app', 'examples/payments/complete.ts', '--database-url', url, '--json'];
+  const run = await idem(args, { IDEM_LEASE_MS: '1000', IDEM_COMPLETER_GRACE_MS: '0', PSP_LATENCY_MS: '0' });
+  assert.equal(run.code, 0, run.stdout + run.stderr);
+  return JSON.parse(run.stdout.trim().split('\n').at(-1)!) as { found: number; completed: number };
 }
 
 const charge = (server: Server, apiKey: string, key: string, customer: string, amount = 1999) =>
@@ -86,8 +32,11 @@ const charge = (server: Server, apiKey: string, key: string, customer: string, a
 
 describe('example payments API on MySQL (DATABASE_URL=mysql://…)', { timeout: 300_000, skip: needs('MYSQL_URL') }, () => {
   let db: { pool: Pool; url: string; close(): Promise<void> };
+  /** The server's database (the helpers' shape; `inspect` is not used here). */
+  let database: Database;
   before(async () => {
     db = await openMySqlDatabase({ connectionLimit: 2 });
+    database = { env: { DATABASE_URL: db.url, IDEM_COMPLETER_INTERVAL_MS: '0' }, inspect: () => Promise.reject(new Error('not used')) };
   });
   after(async () => {
     await db?.close();
@@ -98,7 +47,7 @@ describe('example payments API on MySQL (DATABASE_URL=mysql://…)', { timeout: 
     const apiKey = `sk_test_${randomUUID().slice(0, 8)}`;
     const customer = `cus_${randomUUID().slice(0, 8)}`;
     const key = `order-${randomUUID().slice(0, 8)}`;
-    const server = await start({ DATABASE_URL: db.url });
+    const server = await startServer(database);
     try {
       const first = await charge(server, apiKey, key, customer);
       assert.equal(first.status, 201, first.body);
@@ -129,8 +78,7 @@ describe('example payments API on MySQL (DATABASE_URL=mysql://…)', { timeout: 
       assert.equal(await count('SELECT COUNT(*) AS n FROM charges WHERE customer = ?', [customer]), 1);
       assert.equal(await count("SELECT COUNT(*) AS n FROM idempotency_keys WHERE `key` = ? AND state = 'done'", [key]), 1);
     } finally {
-      server.child.kill('SIGKILL');
-      await server.exited;
+      await server.stop();
     }
 
     // A crash after the PSP charged, before idem recorded it; the client never retries in time.
@@ -138,26 +86,25 @@ describe('example payments API on MySQL (DATABASE_URL=mysql://…)', { timeout: 
     // from its recovery point (the derived key keeps the PSP at one charge); the late retry replays it.
     const crashKey = `crash-${randomUUID().slice(0, 8)}`;
     const crashCustomer = `cus_${randomUUID().slice(0, 8)}`;
-    const crashing = await start({ DATABASE_URL: db.url, PAYMENTS_CRASH_AT: 'psp_unrecorded', IDEM_LEASE_MS: '1000' });
+    const crashing = await startServer(database, { PAYMENTS_CRASH_AT: 'psp_unrecorded', IDEM_LEASE_MS: '1000' });
     await charge(crashing, apiKey, crashKey, crashCustomer).catch(() => undefined);
     await crashing.exited;
     let report: { found: number; completed: number } = { found: 0, completed: 0 };
     // The pass finds the key once its lease (1 s) has ended: passes until one completes it.
     for (const started = performance.now(); report.completed === 0 && performance.now() - started < 60_000; ) {
-      report = JSON.parse(await idemComplete(db.url)) as typeof report;
+      report = await idemComplete(db.url);
       if (report.completed === 0) await new Promise((r) => setTimeout(r, 250));
     }
     assert.equal(report.completed, 1, JSON.stringify(report));
     assert.equal(await count('SELECT COUNT(*) AS n FROM psp_charges WHERE customer = ?', [crashCustomer]), 1, 'one PSP charge despite the crash');
     assert.equal(await count("SELECT COUNT(*) AS n FROM charges WHERE customer = ? AND status = 'succeeded'", [crashCustomer]), 1, 'one local row, finished');
-    const late = await start({ DATABASE_URL: db.url, IDEM_MIGRATE: '0' });
+    const late = await startServer(database, { IDEM_MIGRATE: '0' });
     try {
       const retried = await charge(late, apiKey, crashKey, crashCustomer);
       assert.equal(retried.status, 201, retried.body);
       assert.equal(retried.replayed, 'true', 'the completed response is replayed');
     } finally {
-      late.child.kill('SIGKILL');
-      await late.exited;
+      await late.stop();
     }
   });
 });

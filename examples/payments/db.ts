@@ -28,6 +28,13 @@ export async function openDatabase(env: NodeJS.ProcessEnv = process.env): Promis
       connectionLimit: Number(env.PG_POOL_MAX ?? 20),
       connectTimeout: Number(env.PG_CONNECT_TIMEOUT_MS ?? 5000),
     });
+    // The server's side of the deadline, as PostgreSQL's statement_timeout below: a statement waits
+    // for a row lock at most this long (InnoDB's default is 50 s). A connection idem destroyed past
+    // its deadline leaves its statement waiting on the server, holding its transaction's locks
+    // until the wait ends; without this bound those pile up behind a frozen worker's row.
+    const lockWaitS = Math.max(1, Math.ceil(Number(env.PG_QUERY_TIMEOUT_MS ?? 10_000) / 1000));
+    // (On the callback pool underneath: its 'connection' event hands out the callback connection.)
+    pool.pool.on('connection', (conn) => conn.query(`SET SESSION innodb_lock_wait_timeout = ${lockWaitS}`, () => undefined));
     url.password = '';
     return { client: mysqlDatabase(pool), kind: 'mysql', location: url.toString(), close: () => pool.end() };
   }
