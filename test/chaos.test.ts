@@ -54,15 +54,23 @@ async function shortRun(url: string): Promise<void> {
 }
 
 describe('chaos (short run)', { skip: SKIP }, () => {
-  it('idem holds every invariant under crashes, cut connections, frozen workers and PSP failures; the naive baseline double-charges', {
-    timeout: 300_000,
-  }, () => shortRun(url!));
+  it(
+    'idem holds every invariant under crashes, cut connections, frozen workers and PSP failures; the naive baseline double-charges',
+    {
+      timeout: 300_000,
+    },
+    () => shortRun(url!),
+  );
 });
 
 // The same run with the example on MySQL / MariaDB (`npm run chaos -- --store mysql`): the
 // workers on MySqlStore, the naive baseline and the invariants on the same server.
 describe('chaos on MySQL (short run)', { skip: needs('MYSQL_URL') }, () => {
-  it('idem holds every invariant on MySqlStore under crashes, cut connections, frozen workers and PSP failures; the naive baseline double-charges', {
-    timeout: 300_000,
-  }, () => shortRun(serviceUrl('MYSQL_URL')!));
+  it(
+    'idem holds every invariant on MySqlStore under crashes, cut connections, frozen workers and PSP failures; the naive baseline double-charges',
+    {
+      timeout: 300_000,
+    },
+    () => shortRun(serviceUrl('MYSQL_URL')!),
+  );
 });

@@ -134,7 +134,11 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
     const store = await fresh();
     const token = claimedToken(await store.claim(claimInput('op-key')));
     const before = await store.inspect('tenant-1', 'op-key');
-    for (const args of [['release', 'tenant-1', 'op-key', '--force'], ['forget', 'tenant-1', 'op-key'], ['dashboard', '--port', '0']]) {
+    for (const args of [
+      ['release', 'tenant-1', 'op-key', '--force'],
+      ['forget', 'tenant-1', 'op-key'],
+      ['dashboard', '--port', '0'],
+    ]) {
       const lines: string[] = [];
       const io = { out: (l: string) => void lines.push(l), err: (l: string) => void lines.push(`ERR ${l}`), progressStream: process.stderr };
       const code = await run(['node', 'idem', ...args, '--database-url', db.url, '--table', store.table], io);

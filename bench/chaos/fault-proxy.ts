@@ -122,7 +122,10 @@ function mysqlStatus(link: Link): (chunk: Buffer) => void {
         break;
       }
       if (head > 0 && buf[i + 4] === 0x03) {
-        const text = buf.toString('latin1', i + 5, i + 4 + head).trimStart().toUpperCase();
+        const text = buf
+          .toString('latin1', i + 5, i + 4 + head)
+          .trimStart()
+          .toUpperCase();
         if (text.startsWith('START TRANSACTION') || text.startsWith('BEGIN')) link.status = 'T';
         else if (text.startsWith('COMMIT') || text.startsWith('ROLLBACK')) link.status = 'I';
       }

@@ -57,7 +57,9 @@ export function mysqlKeys(db: Queryable): KeysView {
     },
     async all() {
       const { rows } = await db.query('SELECT `key`, state, response_body FROM idempotency_keys');
-      return new Map(rows.map((r) => [Buffer.from(r.key as Uint8Array).toString('utf8'), { state: String(r.state), response_body: r.response_body as Uint8Array | null }]));
+      return new Map(
+        rows.map((r) => [Buffer.from(r.key as Uint8Array).toString('utf8'), { state: String(r.state), response_body: r.response_body as Uint8Array | null }]),
+      );
     },
     async started() {
       return Number((await db.query(`SELECT count(*) AS n FROM idempotency_keys WHERE state = 'started'`)).rows[0]!.n);

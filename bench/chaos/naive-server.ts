@@ -30,7 +30,9 @@ const pool: Queryable = onMySql
   ? mysqlDatabase(mysql.createPool({ uri: env.DATABASE_URL!.replace(/^mariadb:/i, 'mysql:'), connectionLimit: Number(env.PG_POOL_MAX ?? 5) }))
   : new pg.Pool({ connectionString: env.DATABASE_URL, max: Number(env.PG_POOL_MAX ?? 5) }).on('error', () => undefined);
 /** The two statements on its own table (the rest is the same SQL on both servers, `$n` turned into `?` on MySQL). */
-const SEEN = onMySql ? 'SELECT status, body FROM naive_keys WHERE scope = $1 AND `key` = $2' : 'SELECT status, body FROM naive_keys WHERE scope = $1 AND key = $2';
+const SEEN = onMySql
+  ? 'SELECT status, body FROM naive_keys WHERE scope = $1 AND `key` = $2'
+  : 'SELECT status, body FROM naive_keys WHERE scope = $1 AND key = $2';
 const REMEMBER = onMySql
   ? 'INSERT IGNORE INTO naive_keys (scope, `key`, status, body) VALUES ($1, $2, 201, $3)'
   : 'INSERT INTO naive_keys (scope, key, status, body) VALUES ($1, $2, 201, $3) ON CONFLICT DO NOTHING';
