@@ -129,6 +129,23 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
           : "idem's replays with the cache still parse the key, fingerprint the body (canonical JSON + SHA-256) and build the replayed Response per request (bench/out/profile/http.md), work the peers do not do.",
     };
   }
+  // idem's Redis store against the fastest correct peer that keeps its keys in Redis, for new
+  // keys and for replays (each side's fastest may be a different peer).
+  const idemRedis = rows.find((r) => r.path === '/idem-redis');
+  const redisPeers = correctPeers.filter((r) => r.path.endsWith('-redis') && r.fresh && r.replay);
+  if (idemRedis?.fresh && idemRedis.replay && redisPeers.length > 0) {
+    for (const kind of ['fresh', 'replay'] as const) {
+      const best = [...redisPeers].sort((a, b) => b[kind]!.opsPerSec - a[kind]!.opsPerSec)[0]!;
+      const what = kind === 'fresh' ? 'new keys' : 'replays';
+      targets[kind === 'fresh' ? 'peers-redis-new' : 'peers-redis-replay'] = {
+        value: idemRedis[kind]!.opsPerSec / best[kind]!.opsPerSec,
+        detail: `${idemRedis.label} ${fmtRate(idemRedis[kind]!.opsPerSec)} / ${best.label} ${fmtRate(best[kind]!.opsPerSec)} ${what}/s`,
+        whyMissed:
+          "most of idem's cost per request here is its HTTP path (the fingerprint, the engine, the captured and replayed response), the same with the in-memory store; " +
+          'the Redis store adds a claim and a fenced finish script per new key where the peers send two plain commands (bench/notes.md, "Redis store").',
+      };
+    }
+  }
   return {
     title: 'Peers side by side (same run, same Redis, no-op handler)',
     markdown: lines.join('\n'),

@@ -1,7 +1,7 @@
 /**
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
- * `--only=library,pglite,postgresjs,http,peers,growth,memory,group-commit,dbos,cache,claim-path,mysql,citus` runs a subset and MERGES it into the existing report: the sections it
+ * `--only=library,pglite,postgresjs,http,peers,redis,growth,memory,group-commit,dbos,cache,claim-path,wait,mysql,citus` runs a subset and MERGES it into the existing report: the sections it
  * ran replace theirs, the others are kept as they were measured (each section says when, in
  * which mode and under which load it ran). The sections of a report are kept beside it in
  * `benchmarks.json`, from which the merged report is written. Quick runs (and runs with a
@@ -110,17 +110,35 @@ await section('pglite', async () => (await import('./library.js')).pgliteLibrary
 await section('postgresjs', async () => (await import('./postgresjs.js')).postgresjs);
 await section('http', async () => (await import('./http.js')).httpLevel);
 await section('peers', async () => (await import('./peers.js')).peers);
+await section('redis', async () => (await import('./redis-store.js')).redisStore);
 await section('growth', async () => (await import('./growth.js')).growth);
 await section('memory', async () => (await import('./memory.js')).memory);
 await section('group-commit', async () => (await import('./group-commit.js')).groupCommit);
 await section('dbos', async () => (await import('./dbos.js')).dbos);
 await section('cache', async () => (await import('./replay-cache.js')).replayCache);
 await section('claim-path', async () => (await import('./claim-path.js')).claimPath);
+await section('wait', async () => (await import('./wait-mode.js')).waitMode);
 // MySQL / MariaDB at MYSQL_URL (default the local MariaDB); a note in the report when it does not answer.
 await section('mysql', async () => (await import('./mysql.js')).mysqlSection);
 // Citus: in a full run when CITUS_URL names a coordinator; with --only=citus a note says why it was skipped.
 if (only?.includes('citus') || (!only && process.env.CITUS_URL)) await section('citus', async () => (await import('./citus.js')).citus);
-const ORDER = ['library', 'pglite', 'postgresjs', 'http', 'peers', 'growth', 'memory', 'group-commit', 'dbos', 'cache', 'claim-path', 'mysql', 'citus'];
+const ORDER = [
+  'library',
+  'pglite',
+  'postgresjs',
+  'http',
+  'peers',
+  'redis',
+  'growth',
+  'memory',
+  'group-commit',
+  'dbos',
+  'cache',
+  'claim-path',
+  'wait',
+  'mysql',
+  'citus',
+];
 
 // Only a complete full run replaces the published report (docs/); a quick or failed run
 // writes next to the suite, in bench/out/ (not committed).

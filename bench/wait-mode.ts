@@ -7,11 +7,14 @@
  *    rounds (A B B A …) against the same store with its notification taken out (Redis: the
  *    scripts without `SPUBLISH`, through the same client wrapper; memory: no hub check).
  *
- * Run: `DATABASE_URL=… REDIS_URL=… npx tsx bench/wait-mode.ts` (each store whose variable is
- * unset is left out; memory and PGlite always run).
+ * A section of `npm run bench` (`--only=wait`, with PostgreSQL and Redis from the suite's
+ * config), with two targets: the cost when no one waits ≤ 2 % (ratio ≥ 0.98) on memory and Redis.
+ * Alone: `DATABASE_URL=… REDIS_URL=… npx tsx bench/wait-mode.ts` prints the section (each store
+ * whose variable is unset is left out; memory and PGlite always run).
  */
 import { createHash } from 'node:crypto';
 import os from 'node:os';
+import { pathToFileURL } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { createClient } from '@redis/client';
 import { Redis } from 'ioredis';
@@ -23,6 +26,8 @@ import { RedisStore } from '../src/redis/index.js';
 import { SCRIPTS } from '../src/redis/scripts.js';
 import type { IdempotencyStore } from '../src/store/types.js';
 import { startOwnRedis } from '../test/helpers/redis-server.js';
+import type { BenchConfig } from './lib/config.js';
+import type { Section, TargetValue } from './lib/fixtures.js';
 import { closedLoop, fmtMs, fmtNoise, fmtRate, interleave } from './lib/measure.js';
 
 const FP = createHash('sha256').update('bench').digest();
@@ -83,9 +88,17 @@ function scriptsClient(send: (args: string[]) => Promise<unknown>, publish: bool
   };
 }
 
-async function main() {
-  const rounds = Number(process.env.ROUNDS ?? 6);
+interface Urls {
+  databaseUrl?: string;
+  redisUrl?: string;
+  rounds: number;
+  roundMs: number;
+  log: (line: string) => void;
+}
+
+async function measure({ databaseUrl, redisUrl, rounds, roundMs, log }: Urls): Promise<{ markdown: string; targets: Record<string, TargetValue> }> {
   const out: string[] = [];
+  const targets: Record<string, TargetValue> = {};
   const load = os
     .loadavg()
     .map((n) => n.toFixed(1))
@@ -100,8 +113,8 @@ async function main() {
   stores.push(['PGlite (notify: true)', liteStore]);
   let pool: pg.Pool | undefined;
   const table = `idem_bench_wait_${process.pid}`;
-  if (process.env.DATABASE_URL) {
-    pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 20 });
+  if (databaseUrl) {
+    pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
     const p = pool;
     for (const [name, notify] of [
       ['PostgreSQL (notify: true)', true],
@@ -119,10 +132,10 @@ async function main() {
       await p.end();
     });
   }
-  if (process.env.REDIS_URL) {
-    const nr = createClient({ url: process.env.REDIS_URL });
+  if (redisUrl) {
+    const nr = createClient({ url: redisUrl });
     await nr.connect();
-    const io = new Redis(process.env.REDIS_URL);
+    const io = new Redis(redisUrl);
     cleanups.push(async () => {
       // Only this run's keys (its own prefix).
       let cursor = '0';
@@ -144,7 +157,7 @@ async function main() {
     await losersWait(store, 2); // warm-up: connections, subscriber, prepared statements
     const waits = await losersWait(store, rounds * 2);
     out.push(`| ${name} | ${waits.length} | ${fmtMs(pct(waits, 0.5))} | ${fmtMs(pct(waits, 0.99))} |`);
-    console.error(`${name}: done`);
+    log(`  wait mode, ${name}: done`);
   }
 
   out.push('', 'No one waiting (the cost of the notification itself, alternating rounds of the same run):', '');
@@ -152,9 +165,13 @@ async function main() {
   const mem = new MemoryStore();
   const memOff = new MemoryStore();
   (memOff as unknown as { changed: () => void }).changed = () => undefined;
-  const oneLoop = (store: IdempotencyStore) => () => closedLoop(newRequest(store), 1, Number(process.env.ROUND_MS ?? 1000));
+  const oneLoop = (store: IdempotencyStore) => () => closedLoop(newRequest(store), 1, roundMs);
   const m = await interleave({ with: oneLoop(mem), without: oneLoop(memOff) }, rounds * 2);
   const paired = m.with.rounds.map((w, i) => w / m.without.rounds[i]!);
+  targets['wait-idle-memory'] = {
+    value: pct(paired, 0.5),
+    detail: `${fmtRate(m.with.opsPerSec)} / ${fmtRate(m.without.opsPerSec)} ops/s with / without the hub check, median of paired rounds`,
+  };
   out.push(
     `- MemoryStore, begin() + finish() on new keys, one loop: ${fmtRate(m.with.opsPerSec)} ops/s with the hub check, ${fmtRate(m.without.opsPerSec)} without; median of the paired rounds' ratios **${pct(paired, 0.5).toFixed(3)}** (noise ${fmtNoise(m.with.noise)} / ${fmtNoise(m.without.noise)}).`,
   );
@@ -193,8 +210,33 @@ async function main() {
   out.push(
     `- RedisStore (scripts' server time per request, claim + finish, from INFO commandstats on an own redis-server): ${w.toFixed(2)} µs with the SPUBLISH, ${wo.toFixed(2)} µs without: **${(((w - wo) / wo) * 100).toFixed(1)} %** more server time per request (medians of ${rounds} alternating rounds of 2000 requests).`,
   );
+  targets['wait-idle-redis'] = {
+    value: wo / w,
+    detail: `scripts' server time ${w.toFixed(1)} / ${wo.toFixed(1)} µs per request with / without the SPUBLISH`,
+  };
   for (const c of cleanups) await c();
-  console.log(out.join('\n'));
+  return { markdown: out.join('\n'), targets };
 }
 
-await main();
+/** The `wait` section of `npm run bench`. */
+export async function waitMode(cfg: BenchConfig, log: (line: string) => void): Promise<Section> {
+  const { markdown, targets } = await measure({
+    databaseUrl: cfg.databaseUrl,
+    redisUrl: cfg.redisUrl,
+    rounds: cfg.quick ? 3 : 6,
+    roundMs: cfg.quick ? 400 : 1000,
+    log,
+  });
+  return { title: "Wait mode: losers' wait per store, and the cost when no one waits (issue 28)", markdown, targets };
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { markdown } = await measure({
+    databaseUrl: process.env.DATABASE_URL,
+    redisUrl: process.env.REDIS_URL,
+    rounds: Number(process.env.ROUNDS ?? 6),
+    roundMs: Number(process.env.ROUND_MS ?? 1000),
+    log: (line) => console.error(line),
+  });
+  console.log(markdown);
+}

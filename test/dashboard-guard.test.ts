@@ -266,6 +266,33 @@ describe('idem dashboard guards', () => {
     });
   });
 
+  test('a 16-digit token (as Redis issues: a µs clock) is accepted and released; one past 2^53 is refused unrounded, the row unchanged', async () => {
+    const engine = new IdempotencyEngine({ store, leaseMs: 60_000 });
+    const begun = await engine.begin({ scope: 'tenant:acme', key: 'big-token', fingerprint: fp('big-token') });
+    assert.equal(begun.kind, 'execute');
+    // A token as a Redis store draws it (µs since the epoch: 16 digits), its lease long over.
+    await db.query(`UPDATE ${table} SET lock_version = 1764700000000123, locked_until = now() - interval '1 hour' WHERE key = 'big-token'`);
+    await db.query(`SELECT setval('${table}_lock_version_seq', 1764700000000200)`);
+    await withDashboard({ token: TOKEN }, async (_dash, base, origin) => {
+      const headers = { origin, authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+      const post = (key: string, token: string) =>
+        request(base, '/api/release', { method: 'POST', headers, body: JSON.stringify({ scope: 'tenant:acme', key, token }) });
+      // Past 2^53 - 1 no store issued it (Number would round it): refused, the row unchanged.
+      const before = await row('big-token');
+      const past = await post('big-token', '9007199254740993');
+      assert.equal(past.status, 409, past.body);
+      assert.deepEqual(await row('big-token'), before);
+      assert.equal((await post('big-token', '-1')).status, 400);
+      assert.equal((await post('big-token', '1.5')).status, 400);
+      const answer = await post('big-token', '1764700000000123');
+      assert.equal(answer.status, 200, answer.body);
+      const body = JSON.parse(answer.body) as { token: string; newToken: string };
+      assert.equal(body.token, '1764700000000123');
+      assert.equal((await row('big-token')).token, body.newToken);
+      assert.ok(BigInt(body.newToken) > 1764700000000123n);
+    });
+  });
+
   test('forget: without the token it is refused and the finished key unchanged; with it a started key is refused and a finished key forgotten', async () => {
     await withDashboard({ token: TOKEN }, async (_dash, base, origin) => {
       const json = { origin, 'content-type': 'application/json' };

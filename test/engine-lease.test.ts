@@ -7,7 +7,9 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { engineSuite, type X, SCOPE, SHORT_LEASE_MS, response, executionOf } from './helpers/engine-suite.js';
 import type { BeginResult } from '../src/engine/engine.js';
-import { ErrorCode, LeaseLostError } from '../src/core/errors.js';
+import { ErrorCode, InvalidOptionError, LeaseLostError } from '../src/core/errors.js';
+import { IdempotencyEngine } from '../src/engine/engine.js';
+import { MemoryStore } from '../src/memory/index.js';
 
 engineSuite((s) => {
   const { makeEngine, begin, takeOver, eventually, sleep, sideNotes, insertSide, record } = s;
@@ -144,5 +146,23 @@ engineSuite((s) => {
       const r = await record();
       assert.equal(r?.leaseExpired, true, 'no heartbeat renewed the released lease');
     });
+  });
+});
+
+describe('a lease per call (protocol.md K26)', () => {
+  it('begin({ leaseMs }) holds the key that long from the claim and each phase, however short beside the engine’s lease and wait; one reaching retention is refused, nothing claimed', async () => {
+    const store = new MemoryStore();
+    const engine = new IdempotencyEngine({ store, leaseMs: 60_000, inProgress: { wait: 30_000 } });
+    const print = new Uint8Array(32);
+    const begun = await engine.begin({ scope: 'k26', key: 'short', fingerprint: print, leaseMs: 1_500 });
+    assert.equal(begun.kind, 'execute');
+    const lease = async () => (await store.get('k26', 'short', 86_400_000))!.leaseRemainingMs;
+    const claimed = await lease();
+    assert.ok(claimed > 0 && claimed <= 1_500, `claim lease ${claimed} ms`);
+    await (begun as Extract<BeginResult, { kind: 'execute' }>).execution.phase('p', async () => 1);
+    const renewed = await lease();
+    assert.ok(renewed > 0 && renewed <= 1_500, `phase lease ${renewed} ms`);
+    await assert.rejects(engine.begin({ scope: 'k26', key: 'long', fingerprint: print, leaseMs: 86_400_000 }), InvalidOptionError);
+    assert.equal(await store.get('k26', 'long', 86_400_000), undefined);
   });
 });

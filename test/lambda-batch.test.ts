@@ -15,6 +15,7 @@ import { workStores, useWorkStore } from './helpers/work-stores.js';
 import { dynamoDbEvent, kinesisEvent, sqsEvent } from './helpers/batch-events.js';
 import { lambdaContext } from './helpers/harness-lambda.js';
 import { deferred } from './helpers/http.js';
+import { sleep } from './helpers/wait.js';
 
 const ids = (response: { batchItemFailures: Array<{ itemIdentifier: string }> }) => response.batchItemFailures.map((f) => f.itemIdentifier);
 
@@ -130,6 +131,111 @@ for (const factory of workStores) {
       assert.ok(leases[0]! > 15_000 && leases[0]! <= 20_500, `lease ${leases[0]} ms`);
       await handler(sqsEvent(1, { prefix: 'short' }), lambdaContext(3_000));
       assert.ok(leases[1]! > 1_000 && leases[1]! <= 3_500, `lease ${leases[1]} ms`);
+    });
+
+    it('a record started near the timeout runs under the handler’s one engine with the shorter lease (K26); one with no time left goes back unclaimed', async () => {
+      const h = await fresh();
+      // A duplicate may wait 5 s where the store can wake it: longer than this invocation has
+      // left, which an engine per record refused (its lease shorter than the wait).
+      const wait = typeof h.store.subscribe === 'function' ? { inProgress: { wait: 5_000 } } : {};
+      const leases: number[] = [];
+      const w = worker(h);
+      const handler = sqsBatch({ store: h.store, scope: 'orders', leaseMarginMs: 500, ...wait }, async (record, ctx) => {
+        leases.push((await h.store.get('orders', record.messageId, 86_400_000))!.leaseRemainingMs);
+        await w.handle(record.messageId, ctx);
+      });
+      assert.deepEqual(ids(await handler(sqsEvent(2), lambdaContext(1_500))), []);
+      assert.ok(
+        leases.every((ms) => ms > 0 && ms <= 2_000),
+        `leases ${leases} ms`,
+      );
+      assert.deepEqual((await h.effects()).sort(), ['msg-1', 'msg-2']);
+      // No time left: the record is named and never claimed, so its redelivery runs it once.
+      assert.deepEqual(ids(await handler(sqsEvent(1, { prefix: 'late' }), lambdaContext(0))), ['late-1']);
+      assert.equal(await h.store.get('orders', 'late-1', 86_400_000), undefined);
+      assert.deepEqual(ids(await handler(sqsEvent(1, { prefix: 'late', receiveCount: 2 }), lambdaContext())), []);
+      assert.deepEqual(w.runs, ['msg-1', 'msg-2', 'late-1']);
+    });
+
+    it('Kinesis (no delivery count): a record whose invocation hangs past its lease every time runs maxAttempts times, then is named without running (K23 by the key’s takeovers)', async () => {
+      const h = await fresh();
+      let runs = 0;
+      let entered = deferred<void>();
+      const seen: string[] = [];
+      const handler = kinesisBatch(
+        { store: h.store, scope: 'crash-stream', leaseMarginMs: 0, maxAttempts: 3, onRecord: (_r, d) => void seen.push(`${d.action}:${d.reason}`) },
+        async () => {
+          runs++;
+          entered.resolve();
+          await new Promise(() => undefined); // hangs until Lambda would end the invocation
+        },
+      );
+      const event = kinesisEvent(1, 'crash');
+      // Each invocation has 200 ms: its record's lease ends with it, and the next delivery takes over.
+      for (let deliveries = 0; !seen.includes('dead-letter:max-attempts'); deliveries++) {
+        assert.ok(runs <= 6 && deliveries < 200, `the record ran ${runs} times and was never given up (${seen.join(', ')})`);
+        entered = deferred<void>();
+        const invocation = handler(event, lambdaContext(200));
+        const outcome = await Promise.race([invocation, entered.promise.then(() => 'hung' as const)]);
+        if (outcome === 'hung') continue;
+        assert.deepEqual(ids(outcome), ['crash0001']);
+        const last = seen.at(-1);
+        if (last === 'retry:in-progress') await sleep(20); // the hung invocation's lease has not ended yet
+      }
+      assert.equal(runs, 3);
+      // Redelivered again: still named, still not run.
+      seen.length = 0;
+      let again: Awaited<ReturnType<typeof handler>>;
+      do {
+        again = await handler(event, lambdaContext(200));
+        if (seen.at(-1) === 'retry:in-progress') await sleep(20);
+      } while (seen.at(-1) === 'retry:in-progress');
+      assert.deepEqual(ids(again), ['crash0001']);
+      assert.equal(seen.at(-1), 'dead-letter:max-attempts');
+      assert.equal(runs, 3);
+    });
+
+    it('DynamoDB streams (no delivery count): a record that throws every time runs maxAttempts times on a store that counts failures', async (t) => {
+      const h = await fresh();
+      if (typeof h.store.countFailure !== 'function')
+        return t.skip('the store does not count thrown errors (countFailure); the stream’s retry settings bound them');
+      let runs = 0;
+      const seen: string[] = [];
+      const handler = dynamoDbBatch(
+        { store: h.store, scope: 'throw-stream', maxAttempts: 3, onRecord: (_r, d) => void seen.push(`${d.action}:${d.reason}`) },
+        async () => {
+          runs++;
+          throw new Error('a bug in the handler');
+        },
+      );
+      for (let i = 0; i < 5; i++) assert.deepEqual(ids(await handler(dynamoDbEvent(1, 'bad'), lambdaContext())), ['111']);
+      assert.equal(runs, 3);
+      assert.deepEqual(seen, [
+        'retry:handler-failed',
+        'retry:handler-failed',
+        'dead-letter:max-attempts',
+        'dead-letter:max-attempts',
+        'dead-letter:max-attempts',
+      ]);
+    });
+
+    it('a malformed record fails alone: it is named, the records before it commit, the batch never throws', async () => {
+      const h = await fresh();
+      const w = worker(h);
+      const kinesis = kinesisBatch({ store: h.store, scope: 'lambda-stream' }, (record, ctx) => w.handle(record.kinesis.sequenceNumber, ctx));
+      const stream = kinesisEvent(3);
+      (stream.Records[1]!.kinesis as { data: unknown }).data = 42; // not base64 text
+      assert.deepEqual(ids(await kinesis(stream, lambdaContext())), ['seq0002', 'seq0003']);
+      const table = dynamoDbBatch({ store: h.store, scope: 'TestTable' }, (record, ctx) => w.handle(record.eventID!, ctx));
+      const images = dynamoDbEvent(3);
+      images.Records[1]!.dynamodb!.NewImage = { Id: 2n } as never; // an unmarshalled image JSON cannot write
+      assert.deepEqual(ids(await table(images, lambdaContext())), ['222', '333']);
+      const queue = sqsBatch({ store: h.store, scope: 'orders' }, (record, ctx) => w.handle(record.messageId, ctx));
+      const messages = sqsEvent(3);
+      (messages.Records as unknown[])[1] = null;
+      assert.deepEqual(ids(await queue(messages, lambdaContext())), ['']); // no id to name: Lambda retries the batch
+      assert.deepEqual(w.runs, ['seq0001', 'ev-1', 'msg-1', 'msg-3']);
+      await assert.rejects(queue({ Records: {} } as never, lambdaContext()), { name: 'InvalidEventError', code: 'IDEM_INVALID_EVENT' });
     });
 
     it('getKey: a business id in the body is the key, so the same order sent twice as two messages runs once', async () => {

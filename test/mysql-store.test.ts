@@ -7,14 +7,19 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Pool } from 'mysql2/promise';
+import mysql, { type Pool } from 'mysql2/promise';
+import { drizzle } from 'drizzle-orm/mysql2';
+import { sql } from 'drizzle-orm';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { InvalidOptionError } from '../src/core/errors.js';
-import { MySqlStore } from '../src/mysql/index.js';
+import { drizzleMySql, MySqlStore } from '../src/mysql/index.js';
+import { StoreTimeoutError } from '../src/store/deadline.js';
+import { isTransientFailure } from '../src/http/attempts.js';
 import { needs } from './helpers/services.js';
 import { openMySqlDatabase } from './helpers/mysql-stores.js';
 import { tableName } from './helpers/engines.js';
 import { claimedToken, claimInput } from './helpers/store-contract.js';
+import { SCOPE } from './helpers/store-contract/shared.js';
 import { run } from '../src/cli/program.js';
 
 describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
@@ -32,6 +37,49 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
     await store.migrate();
     return store;
   };
+
+  it('Drizzle: a fenced write past storeTimeoutMs answers StoreTimeoutError and leaves Drizzle’s connection to Drizzle: rolled back and back in its pool, not destroyed', async () => {
+    // One connection: what Drizzle's next query gets is the phase's connection, or a new one if idem destroyed it.
+    const one = mysql.createPool({ uri: db.url, connectionLimit: 1 });
+    const orm = drizzle({ client: one });
+    const table = tableName();
+    const store = new MySqlStore({ client: drizzleMySql(orm), table, storeTimeoutMs: 300 });
+    const holder = await mysql.createConnection(db.url);
+    try {
+      await store.migrate();
+      const token = claimedToken(await store.claim(claimInput('drizzle-timeout')));
+      // Another session holds the key's row: idem's fenced write waits on it past the deadline.
+      await holder.query('START TRANSACTION');
+      await holder.query(`SELECT * FROM \`${table}\` FOR UPDATE`);
+      let thread = -1;
+      const error = await store
+        .commit(
+          { scope: SCOPE, key: 'drizzle-timeout', token },
+          (value: number) => ({ kind: 'phase', phase: 'charged', result: value, leaseMs: 60_000 }),
+          async (tx: { execute(query: unknown): Promise<unknown> }) => {
+            const [rows] = (await tx.execute(sql`SELECT CONNECTION_ID() AS id`)) as [Array<{ id: number }>];
+            thread = Number(rows[0]!.id);
+            return 1;
+          },
+        )
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      assert.ok(error instanceof StoreTimeoutError, `the deadline's own error (a 503, not a counted failure), got ${String(error)}`);
+      assert.ok(isTransientFailure(error));
+      await holder.query('ROLLBACK');
+      // Drizzle rolls its transaction back and releases the connection: its pool serves the next query on it.
+      const [rows] = (await orm.execute(sql`SELECT CONNECTION_ID() AS id`)) as unknown as [Array<{ id: number }>];
+      assert.equal(Number(rows[0]!.id), thread, 'the phase’s connection is back in Drizzle’s pool');
+      assert.equal((await store.get(SCOPE, 'drizzle-timeout', 86_400_000))?.recoveryPoint, 'start', 'nothing committed');
+      await orm.transaction(async (tx) => void (await tx.execute(sql`SELECT 1`)));
+      await store.dropTables();
+    } finally {
+      await holder.end().catch(() => undefined);
+      await one.end();
+    }
+  });
 
   it('refuses wait mode with the reason: MySQL has no LISTEN/NOTIFY (protocol.md K45)', async () => {
     const store = await fresh();

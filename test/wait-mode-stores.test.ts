@@ -10,13 +10,14 @@ import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { StoreUnavailableError } from '../src/core/errors.js';
+import { InvalidOptionError, StoreUnavailableError } from '../src/core/errors.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { withIdempotency } from '../src/lambda/index.js';
 import { MemoryStore } from '../src/memory/index.js';
+import { releaseKey } from '../src/operator/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { RedisStore } from '../src/redis/index.js';
-import { IN_PROCESS, KeyChangeHub } from '../src/store/key-changes.js';
+import { IN_PROCESS, KeyChangeHub, waitRefusal } from '../src/store/key-changes.js';
 import type { IdempotencyStore } from '../src/store/types.js';
 import { tableName } from './helpers/engines.js';
 import { fixture, lambdaContext } from './helpers/harness-lambda.js';
@@ -111,6 +112,40 @@ async function crashedWinner(store: IdempotencyStore) {
   assert.ok(ms < 5000, `all answered after ${ms.toFixed(0)} ms`);
 }
 
+/**
+ * protocol.md K40: an operator's forced release of a held key wakes its waiter at once, which
+ * takes the key over, instead of reading it at its wait's end (10 s).
+ */
+async function operatorRelease(store: IdempotencyStore) {
+  const eng = new IdempotencyEngine({ store, inProgress: { wait: 10_000 }, leaseMs: 30_000, heartbeatMs: 0 });
+  const key = `op-${Math.random().toString(36).slice(2)}`;
+  const held = await eng.begin({ scope: 's', key, fingerprint: fp('a') });
+  assert.equal(held.kind, 'execute'); // a hung worker: its lease is valid for 30 s
+  // Released only once the waiter waits for a change (not before its read after subscribing).
+  const waiting = deferred();
+  const subscribe = store.subscribe!.bind(store);
+  const waitingStore: IdempotencyStore = Object.create(store);
+  waitingStore.subscribe = async (scope, k) => {
+    const changes = await subscribe(scope, k);
+    const next = changes.next.bind(changes);
+    changes.next = (ms, signal) => {
+      waiting.resolve();
+      return next(ms, signal);
+    };
+    return changes;
+  };
+  const waiter = new IdempotencyEngine({ store: waitingStore, inProgress: { wait: 10_000 }, leaseMs: 30_000 }).begin({ scope: 's', key, fingerprint: fp('a') });
+  await waiting.promise;
+  const started = performance.now();
+  const released = await releaseKey(store, 's', key, { force: true, by: 'test' });
+  assert.equal(released.done, true, released.message);
+  const got = await waiter;
+  const ms = performance.now() - started;
+  assert.equal(got.kind, 'execute', 'the waiter took the released key over');
+  if (got.kind === 'execute') await got.execution.finish(async () => ({ status: 200, headers: [], body: body('after-release') }));
+  assert.ok(ms < 5000, `the waiter answered ${ms.toFixed(0)} ms after the release`);
+}
+
 function storeSuite(name: string, open: () => Promise<Opened>, skip: string | false = false) {
   describe(`wait mode on ${name} (protocol.md K17)`, { skip }, () => {
     let opened: Opened;
@@ -121,6 +156,7 @@ function storeSuite(name: string, open: () => Promise<Opened>, skip: string | fa
     test('32 concurrent duplicates: the handler once, every loser gets its response right after the finish', (t) =>
       thirtyTwo(opened.store, name, (s) => t.diagnostic(s)));
     test('a winner that crashes: one waiter takes over, the others see the takeover and replay its result', () => crashedWinner(opened.store));
+    test('an operator release wakes the waiter at once (protocol.md K40)', () => operatorRelease(opened.store));
   });
 }
 
@@ -185,6 +221,7 @@ describe('wait mode on Redis Cluster (sharded pub/sub)', { skip: fullMatrixOnly(
       try {
         await thirtyTwo(opened.store, `RedisStore, ${name}`, (s) => t.diagnostic(s));
         await crashedWinner(opened.store);
+        await operatorRelease(opened.store);
       } finally {
         await opened.close();
       }
@@ -331,6 +368,34 @@ describe('a waiter cannot hang (protocol.md K17)', () => {
     assert.ok(ms >= 500 && ms < 1500, `the duplicate answered after ${ms.toFixed(0)} ms, within its invocation's 1600 ms`);
     hold.resolve();
     assert.equal(((await first) as { statusCode: number }).statusCode, 201);
+  });
+});
+
+describe('which stores can serve wait mode: decided in one place, waitRefusal (protocol.md K17)', () => {
+  test('a store without subscribe is refused with its own reason; a store with it waits, whatever its noSubscribe says', async () => {
+    const mysql = await import('mysql2/promise');
+    const { MySqlStore } = await import('../src/mysql/index.js');
+    const pool = mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }); // lazy: nothing connects here
+    try {
+      const my = new MySqlStore({ client: pool });
+      const refusal = waitRefusal(my);
+      assert.match(refusal ?? '', /needs a store that can wake waiters \(subscribe\).*\(MySQL and MariaDB have no LISTEN\/NOTIFY/);
+      assert.throws(
+        () => new IdempotencyEngine({ store: my, inProgress: { wait: 1000 } }),
+        (error: Error) => error instanceof InvalidOptionError && error.message === refusal,
+      );
+    } finally {
+      await pool.end();
+    }
+    const stale = Object.assign(new MemoryStore(), { noSubscribe: 'stale' });
+    assert.equal(waitRefusal(stale), undefined);
+    assert.equal(new IdempotencyEngine({ store: stale, inProgress: { wait: 1000 } }).waitMs, 1000);
+    // A caller's own wait (BeginInput.waitMs, a queue consumer's) on a store that cannot wait: the 409 at once.
+    const plain = Object.assign(new MemoryStore(), { subscribe: undefined });
+    assert.match(waitRefusal(plain) ?? '', /notify: true/);
+    const eng = new IdempotencyEngine({ store: plain, leaseMs: 30_000 });
+    assert.equal((await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') })).kind, 'execute');
+    assert.equal((await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a'), waitMs: 10_000 })).kind, 'in-progress');
   });
 });
 

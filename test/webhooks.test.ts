@@ -21,6 +21,7 @@ import { workStores, useWorkStore } from './helpers/work-stores.js';
 import { deferred } from './helpers/http.js';
 import { PGlite } from '@electric-sql/pglite';
 import { PostgresStore } from '../src/postgres/index.js';
+import { MemoryStore } from '../src/memory/index.js';
 import { WEBHOOK_SCHEMA, webhookApp } from '../examples/webhooks/server.js';
 
 const SECRET = 'It’s a Secret to Everybody';
@@ -347,6 +348,66 @@ describe('examples/webhooks/server.ts on PGlite', () => {
       assert.equal((await db.query<{ paid: boolean }>('SELECT paid FROM orders')).rows[0]!.paid, true);
     } finally {
       await db.close();
+    }
+  });
+});
+
+describe('webhooks: the body limit of the HTTP core (protocol.md H27)', () => {
+  it('a delivery over maxBodyBytes is answered 413 problem+json, with or without Content-Length, unread past the limit; nothing runs or is claimed', async () => {
+    const store = new MemoryStore();
+    const runs: number[] = [];
+    const receive = webhookReceiver(github({ secret: SECRET }), { store, maxBodyBytes: 4096 });
+    const app = new Hono();
+    app.post('/webhooks/github', (c) =>
+      receive(c.req.raw, async (request) => {
+        runs.push((await request.arrayBuffer()).byteLength);
+        return new Response(null, { status: 204 });
+      }),
+    );
+    let node!: http.Server;
+    const info = await new Promise<AddressInfo>((resolve) => {
+      node = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, resolve) as http.Server;
+    });
+    const url = `http://127.0.0.1:${info.port}/webhooks/github`;
+    const signed = (body: string, id: string) => ({
+      'content-type': 'application/json',
+      'x-github-event': 'issues',
+      'x-github-delivery': id,
+      'x-hub-signature-256': `sha256=${hex(SECRET, body)}`,
+    });
+    try {
+      const big = json({ action: 'opened', padding: 'x'.repeat(8192) }); // signed as GitHub would: only the size is wrong
+      const declared = await fetch(url, { method: 'POST', headers: signed(big, 'big-1'), body: big });
+      assert.equal(declared.status, 413);
+      assert.equal(declared.headers.get('content-type'), 'application/problem+json');
+      const problem = (await declared.json()) as { type: string; status: number };
+      assert.equal(problem.type, 'urn:idem:problem:request-too-large');
+      assert.equal(problem.status, 413);
+      // Chunked, no Content-Length: counted as it streams, and refused once past the limit.
+      const bytes = new TextEncoder().encode(big);
+      const streamed = await fetch(url, {
+        method: 'POST',
+        headers: signed(big, 'big-2'),
+        body: new ReadableStream<Uint8Array>({
+          start(controller) {
+            for (let at = 0; at < bytes.length; at += 1024) controller.enqueue(bytes.slice(at, at + 1024));
+            controller.close();
+          },
+        }),
+        duplex: 'half',
+      } as RequestInit);
+      assert.equal(streamed.status, 413);
+      assert.equal(((await streamed.json()) as { type: string }).type, 'urn:idem:problem:request-too-large');
+      assert.deepEqual(runs, []);
+      assert.equal(await store.get('webhook:github', 'big-1', 86_400_000), undefined);
+      assert.equal(await store.get('webhook:github', 'big-2', 86_400_000), undefined);
+      // Within the limit the same endpoint runs the delivery.
+      const small = json({ action: 'opened' });
+      assert.equal((await fetch(url, { method: 'POST', headers: signed(small, 'small-1'), body: small })).status, 204);
+      assert.deepEqual(runs, [small.length]);
+    } finally {
+      node.closeAllConnections();
+      await new Promise<void>((resolve) => node.close(() => resolve()));
     }
   });
 });

@@ -26,9 +26,16 @@ export const TARGETS: Target[] = [
   { id: 'http-hono-replay', section: 'http', name: 'HTTP: replay behind idem (PostgreSQL, no cache) / bare Hono handler, c=16', atLeast: 0.6 },
   { id: 'http-hono-replay-cached', section: 'http', name: 'HTTP: replay behind idem (PostgreSQL, replayCache on) / bare Hono handler, c=16', atLeast: 0.6 },
   { id: 'peers-replay', section: 'peers', name: "peers: idem's replays (PostgreSQL, replay cache on) / fastest correct peer", atLeast: 1 },
+  { id: 'peers-redis-new', section: 'peers', name: "peers: idem's new keys (Redis store) / fastest correct Redis peer", atLeast: 1 },
+  { id: 'peers-redis-replay', section: 'peers', name: "peers: idem's replays (Redis store) / fastest correct Redis peer", atLeast: 1 },
+  { id: 'redis-new-16', section: 'redis', name: 'Redis store: new request, engine / the same commands raw, c=16', atLeast: 0.8 },
+  { id: 'redis-replay-16', section: 'redis', name: 'Redis store: replay, engine / the same commands raw, c=16', atLeast: 0.8 },
   { id: 'dbos-new-16', section: 'dbos', name: 'idem / DBOS Transact, per new charge, c=16', atLeast: 3 },
   { id: 'dbos-dup-16', section: 'dbos', name: 'idem / DBOS Transact, per duplicate, c=16', atLeast: 7 },
   { id: 'group-64', section: 'group-commit', name: 'group commit new requests / raw, c=64 (p99 beside)', atLeast: 2 },
+  // bench/wait-mode.ts (issue 28): what the notification costs when no duplicate waits (≤ 2 %).
+  { id: 'wait-idle-memory', section: 'wait', name: 'wait mode, no one waiting: memory store with / without the notification', atLeast: 0.98 },
+  { id: 'wait-idle-redis', section: 'wait', name: "wait mode, no one waiting: Redis scripts' server time without / with the SPUBLISH", atLeast: 0.98 },
   // Filled by bench/postgresjs.ts (the postgres.js driver, issue 14) when it is in the suite.
   { id: 'postgresjs', section: 'postgresjs', name: 'postgres.js driver: idem / raw (bench/postgresjs.ts)', atLeast: 0.9 },
   // Filled by bench/mysql.ts (issue 29): MySqlStore vs its own statements raw on mysql2.

@@ -2,9 +2,15 @@
 // with skipLibCheck on: the uses of idem's adapters with frameworks whose own .d.ts do not pass
 // skipLibCheck off (@types/koa against the content-disposition it resolves; @middy/core, which
 // imports types from `aws-lambda`; next, whose .d.ts need
-// react-dom, webpack and newer DOM types). idem's own .d.ts are
+// react-dom, webpack and newer DOM types; drizzle-orm, whose sqlite-core .d.ts fail on their own).
+// idem's own .d.ts are
 // checked with skipLibCheck off in usage.ts, which imports every subpath.
 import middy from '@middy/core';
+import { drizzle as drizzleMysql2 } from 'drizzle-orm/mysql2';
+import { int, mysqlTable } from 'drizzle-orm/mysql-core';
+import { IdempotencyEngine } from 'idem';
+import { drizzleMySql, MySqlStore } from 'idem/mysql';
+import mysql from 'mysql2/promise';
 import { type IdempotencyState, idempotency as koaIdempotency } from 'idem/koa';
 import { type IdempotentLambdaContext, type LambdaHttpEvent, idempotency as middyIdempotency } from 'idem/lambda';
 import { withIdempotency } from 'idem/next';
@@ -37,3 +43,14 @@ export const POST = withIdempotency<Queryable, NextRequest, { params: Promise<{ 
   return Response.json({ id, key: idem?.key, path: request.nextUrl.pathname }, { status: 201 });
 });
 console.log(koa);
+
+// idem/mysql on Drizzle (drizzle-orm/mysql2): a phase's tx is Drizzle's own MySQL transaction, inferred.
+const charges = mysqlTable('charges', { id: int('id').primaryKey().autoincrement(), amount: int('amount').notNull() });
+const drizzleMyStore = new MySqlStore({ client: drizzleMySql(drizzleMysql2({ client: mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }) })) });
+void new IdempotencyEngine({ store: drizzleMyStore }).takeOver({ scope: 's', key: 'k', token: 1 }).then((run) =>
+  run?.phase('charge', async (tx) => {
+    await tx.insert(charges).values({ amount: 1 });
+    // @ts-expect-error Drizzle's transaction has no mysql2 query method
+    await tx.query('SELECT 1');
+  }),
+);

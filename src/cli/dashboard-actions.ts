@@ -49,7 +49,13 @@ export async function operatorAction(
   }
   const { scope, key, token, reason } = input ?? {};
   if (typeof scope !== 'string' || typeof key !== 'string' || !scope || !key) return { status: 400, body: { error: 'scope and key (strings) are required' } };
-  if (typeof token !== 'string' || !/^\d{1,15}$/.test(token)) return { status: 400, body: { error: 'token: the fencing token shown, as decimal text' } };
+  // Any non-negative integer as digits (Redis tokens are µs clocks: 16 digits). Read as a
+  // bigint: a token past 2^53 - 1 is no token a store issued (they stay below it), and Number
+  // would round it onto another token, so it is refused as stale, never compared rounded.
+  if (typeof token !== 'string' || !/^\d+$/.test(token)) return { status: 400, body: { error: 'token: the fencing token shown, as decimal text' } };
+  if (BigInt(token) > BigInt(Number.MAX_SAFE_INTEGER)) {
+    return { status: REFUSAL_STATUS['token-changed'], body: { error: `the key's token is not ${token} (tokens stay below 2^53): read it again` } };
+  }
   const options: OperatorOptions = { token: Number(token), retentionMs, by: 'dashboard' };
   if (typeof reason === 'string' && reason) options.reason = reason;
   if (telemetry) options.telemetry = telemetry;

@@ -1,6 +1,7 @@
 import { fingerprint } from '../core/fingerprint.js';
 import { InvalidKeyError, InvalidOptionError, InvalidScopeError, LeaseLostError } from '../core/errors.js';
 import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
+import { isTransientFailure } from '../http/attempts.js';
 import type { Execution } from '../engine/execution.js';
 import { MessageContext, resultResponse } from './context.js';
 import type { ConsumedMessage, Disposition } from './types.js';
@@ -108,9 +109,12 @@ export class IdempotentConsumer<Tx = unknown> {
    * Never throws for a store failure or a handler's error: those are dispositions.
    *
    * @param handler the work; its effects belong in `ctx.phase` / `ctx.call` / `ctx.complete`.
+   * @param limits this delivery's own bounds: `leaseMs`, its lease with no heartbeat (protocol.md
+   *   K26, e.g. a Lambda invocation's remaining time plus a margin), and `maxWaitMs`, at most how
+   *   long a duplicate waits for the holder.
    * @returns the disposition the broker adapter carries out (ack, retry with a delay, dead-letter).
    */
-  async consume(message: ConsumedMessage, handler: MessageHandler<Tx>): Promise<Disposition> {
+  async consume(message: ConsumedMessage, handler: MessageHandler<Tx>, limits?: { leaseMs?: number; maxWaitMs?: number }): Promise<Disposition> {
     let key: string;
     let print: Uint8Array;
     try {
@@ -125,7 +129,14 @@ export class IdempotentConsumer<Tx = unknown> {
     try {
       // protocol.md K18: a duplicate in flight waits for the result where the store can wake
       // it (the engine asks `subscribe`, so a store gaining it later waits too), else comes back soon.
-      begun = await this.engine.begin({ scope: this.scope, key, fingerprint: print, waitMs: this.waitMs });
+      begun = await this.engine.begin({
+        scope: this.scope,
+        key,
+        fingerprint: print,
+        waitMs: this.waitMs,
+        leaseMs: limits?.leaseMs,
+        maxWaitMs: limits?.maxWaitMs,
+      });
     } catch (error) {
       if (error instanceof InvalidKeyError || error instanceof InvalidScopeError) {
         return { action: 'dead-letter', reason: 'invalid-message', error };
@@ -149,7 +160,10 @@ export class IdempotentConsumer<Tx = unknown> {
 
   private async run(execution: Execution<Tx>, message: ConsumedMessage, attempt: number, handler: MessageHandler<Tx>): Promise<Disposition> {
     const failed = execution.failedAttempts;
-    if (failed !== undefined && failed >= this.maxAttempts && attempt > 1) {
+    // A source that does not count deliveries (a Kinesis or DynamoDB stream) leaves `attempt`
+    // out: the key's own count in the store is then the only one (protocol.md K23).
+    const counted = message.attempt !== undefined;
+    if (failed !== undefined && failed >= this.maxAttempts && (attempt > 1 || !counted)) {
       // protocol.md K23: the store counted the takeovers of leases that ran out unreleased (a
       // handler that kills its process on every delivery); the handler does not run again. A
       // fresh publish of the id (attempt 1: a re-drive from the dead-letter queue) gets one more run.
@@ -164,8 +178,10 @@ export class IdempotentConsumer<Tx = unknown> {
       if (error instanceof LeaseLostError || execution.status === 'lost') {
         return { action: 'retry', reason: 'lease-lost', delayMs: this.retryDelay(1), error };
       }
+      // No delivery count: the store counts the failure where it can (countFailure), as over HTTP.
+      const stored = counted || isTransientFailure(error) ? undefined : await execution.countFailure().catch(() => undefined);
       await execution.release().catch(() => undefined);
-      if (attempt >= this.maxAttempts) {
+      if ((counted && attempt >= this.maxAttempts) || (stored !== undefined && stored >= this.maxAttempts)) {
         return { action: 'dead-letter', reason: 'max-attempts', error };
       }
       return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt), error };

@@ -22,6 +22,8 @@ export const ErrorCode = {
   KeyMismatch: 'IDEM_KEY_MISMATCH',
   KeyInProgress: 'IDEM_KEY_IN_PROGRESS',
   StoredFailure: 'IDEM_STORED_FAILURE',
+  // idem/lambda batches (src/lambda/batch-events.ts)
+  InvalidEvent: 'IDEM_INVALID_EVENT',
   // idem/client (src/client/errors.ts)
   ClientInvalidOption: 'IDEM_CLIENT_INVALID_OPTION',
   HorizonExceedsRetention: 'IDEM_CLIENT_HORIZON_EXCEEDS_RETENTION',

@@ -4,6 +4,7 @@ import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailab
 import { validateKey } from '../core/key.js';
 import { sameFingerprint } from '../core/fingerprint.js';
 import type { IdempotencyStore, KeyChanges, KeyRecord, StoredResponse } from '../store/types.js';
+import { startWaiting, waitRefusal } from '../store/key-changes.js';
 import { Execution, type ExecutionSettings, type IdempotencyEvent, notify } from './execution.js';
 import { ReplayCache, type ReplayCacheOptions } from './replay-cache.js';
 import type { IdempotencyTelemetry, RequestTelemetry } from './telemetry.js';
@@ -82,10 +83,15 @@ export interface BeginInput {
   waitMs?: number;
   /** At most this long, in ms, whatever the wait (e.g. an invocation's remaining time less a margin). */
   maxWaitMs?: number;
+  /**
+   * This call's lease in ms, in place of the engine's `leaseMs` (protocol.md K26): for a caller
+   * that knows when it will be stopped (a Lambda invocation's remaining time plus a margin). The
+   * claim or takeover and every phase commit hold the key this long, with no heartbeat. Any
+   * whole number of ms from 1 (a fraction is rounded up), shorter than the engine's retention.
+   * @default the engine's `leaseMs`, with its heartbeat
+   */
+  leaseMs?: number;
 }
-
-/** Duplicates waiting in this process now, across engines (protocol.md K17: bounded by `inProgress.maxWaiters`). */
-let waitingNow = 0;
 
 /** Outcome of {@link IdempotencyEngine.begin}. */
 export type BeginResult<Tx = unknown> =
@@ -157,12 +163,8 @@ export class IdempotencyEngine<Tx = unknown> {
     }
     this.maxWaiters = options.inProgress?.maxWaiters ?? 10_000;
     if (!(Number.isInteger(this.maxWaiters) && this.maxWaiters >= 0)) throw new InvalidOptionError('idem: inProgress.maxWaiters must be an integer >= 0');
-    if (this.waitMs > 0 && typeof this.store.subscribe !== 'function') {
-      const why = this.store.noSubscribe ? ` (${this.store.noSubscribe})` : '';
-      throw new InvalidOptionError(
-        `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`,
-      );
-    }
+    const refusal = waitRefusal(this.store);
+    if (this.waitMs > 0 && refusal !== undefined) throw new InvalidOptionError(refusal);
     const cache = options.replayCache;
     this.replayCache = cache === undefined ? undefined : cache instanceof ReplayCache ? cache : new ReplayCache(cache);
     this.replayCache?.attach(this.store, this.retentionMs);
@@ -205,7 +207,8 @@ export class IdempotencyEngine<Tx = unknown> {
     if (!(input.fingerprint instanceof Uint8Array) || input.fingerprint.length !== 32) {
       throw new TypeError('idem: fingerprint must be 32 bytes (SHA-256)');
     }
-    let waitMs = input.waitMs === undefined ? this.waitMs : typeof this.store.subscribe === 'function' ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
+    const lease = this.callLease(input.leaseMs);
+    let waitMs = input.waitMs === undefined ? this.waitMs : waitRefusal(this.store) === undefined ? Math.min(Math.max(0, input.waitMs), this.leaseMs) : 0;
     if (input.maxWaitMs !== undefined) waitMs = Math.min(waitMs, Math.max(0, input.maxWaitMs));
     const started = performance.now();
     const cache = this.replayCache;
@@ -228,7 +231,7 @@ export class IdempotencyEngine<Tx = unknown> {
         const asked = performance.now();
         const claim = shared
           ? ({ kind: 'exists', record: shared } as const)
-          : await this.store.claim({ scope, key, fingerprint: input.fingerprint, leaseMs: this.leaseMs, retentionMs: this.retentionMs });
+          : await this.store.claim({ scope, key, fingerprint: input.fingerprint, leaseMs: lease.leaseMs, retentionMs: this.retentionMs });
         if (claim.kind === 'claimed') {
           this.emit('claimed', scope, key, claim.token);
           req?.outcome('created', { token: claim.token });
@@ -237,7 +240,7 @@ export class IdempotencyEngine<Tx = unknown> {
             cache !== undefined && remaining !== undefined && (claim.sealed !== true || cache.sealed)
               ? this.fillOnFinish(cache, { scope, key, fingerprint: input.fingerprint, token: claim.token, claimId: claim.claimId }, remaining, asked)
               : undefined;
-          const execution = this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill);
+          const execution = this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill, undefined, lease);
           // The row's created_at is the claim's now(): its retention ends a whole retention from here.
           execution.retentionEndsAt = new Date(Date.now() + (remaining ?? this.retentionMs));
           return { kind: 'execute', execution };
@@ -260,26 +263,19 @@ export class IdempotencyEngine<Tx = unknown> {
           }
           case 'in-progress': {
             const leftMs = waitMs - (performance.now() - started);
-            if (leftMs <= 0 || (!changes && waitingNow >= this.maxWaiters)) {
-              this.emit('in-progress', scope, key);
-              return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
-            }
             // Subscribe first, then read again, then wait: a finish between the read and the
             // wait is never missed. The wait also ends when the lease does (a crashed worker
-            // sends nothing), so the waiter may take over.
-            if (!changes) {
-              waitingNow++;
-              try {
-                changes = await this.store.subscribe!(scope, key);
-              } catch (error) {
-                waitingNow--;
-                throw error;
-              }
-            } else await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
-            continue;
+            // sends nothing), so the waiter may take over. Past maxWaiters: no place, the 409.
+            if (leftMs > 0) {
+              if (changes) await changes.next(Math.min(leftMs, record.leaseRemainingMs + 1));
+              else changes = await startWaiting(this.store, scope, key, this.maxWaiters);
+              if (changes) continue;
+            }
+            this.emit('in-progress', scope, key);
+            return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
           }
           case 'take-over': {
-            const execution = await this.takeOverWith({ scope, key, token: record.token }, req);
+            const execution = await this.takeOverWith({ scope, key, token: record.token }, req, lease);
             if (!execution) {
               lostTakeovers++;
               continue;
@@ -295,10 +291,7 @@ export class IdempotencyEngine<Tx = unknown> {
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     } finally {
-      if (changes) {
-        waitingNow--;
-        changes.close();
-      }
+      changes?.close();
     }
   }
 
@@ -373,12 +366,26 @@ export class IdempotencyEngine<Tx = unknown> {
     }
   }
 
-  private async takeOverWith(ref: { scope: string; key: string; token: number }, req: RequestTelemetry | undefined) {
-    const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, this.leaseMs);
+  private async takeOverWith(ref: { scope: string; key: string; token: number }, req: RequestTelemetry | undefined, lease = this.callLease(undefined)) {
+    const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, lease.leaseMs);
     if (taken.kind === 'lost') return undefined;
     this.emit('taken-over', ref.scope, ref.key, taken.token);
     req?.outcome('taken_over', { token: taken.token });
-    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req, undefined, taken.failedAttempts);
+    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req, undefined, taken.failedAttempts, lease);
+  }
+
+  /**
+   * The lease and heartbeat of one call: the engine's, or the call's own lease with no
+   * heartbeat (protocol.md K26). A per-call lease is checked here, not against the engine's
+   * `leaseMs`: however short, it is valid (the work holds the key that long).
+   * @throws {InvalidOptionError} a lease that is not a positive number, or that would outlast retention
+   */
+  private callLease(leaseMs: number | undefined): { leaseMs: number; heartbeatMs: number } {
+    if (leaseMs === undefined) return { leaseMs: this.leaseMs, heartbeatMs: this.heartbeatMs };
+    const ms = Math.ceil(leaseMs);
+    if (!(Number.isFinite(ms) && ms >= 1)) throw new InvalidOptionError('idem: begin({ leaseMs }) must be a positive number of milliseconds');
+    if (ms >= this.retentionMs) throw new InvalidOptionError(`idem: begin({ leaseMs: ${ms} }) must be shorter than retentionMs (${this.retentionMs})`);
+    return { leaseMs: ms, heartbeatMs: 0 };
   }
 
   private execution(
@@ -391,10 +398,11 @@ export class IdempotencyEngine<Tx = unknown> {
     req: RequestTelemetry | undefined,
     onFinished?: ExecutionSettings['onFinished'],
     failedAttempts?: number,
+    lease = this.callLease(undefined),
   ): Execution<Tx> {
     const settings = {
-      leaseMs: this.leaseMs,
-      heartbeatMs: this.heartbeatMs,
+      leaseMs: lease.leaseMs,
+      heartbeatMs: lease.heartbeatMs,
       maxExecutionMs: this.maxExecutionMs,
       onEvent: this.onEvent,
       onFinished,

@@ -5,6 +5,7 @@ import { parseIdempotencyKey, validateKey } from '../core/key.js';
 import { type BeginResult, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
 import type { StoredResponse } from '../store/types.js';
+import { readBodyWithin } from './body.js';
 import { IdempotencyContext } from './context.js';
 import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
 import { captureResponse, replayHeaderFilter, replayResponse, type ResponseCapture } from './response.js';
@@ -72,6 +73,10 @@ export class HttpIdempotency<Tx = unknown> {
     const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
     if (!(Number.isInteger(maxResponseBytes) && maxResponseBytes >= 0)) {
       throw new InvalidOptionError('idem: maxResponseBytes must be a whole number of bytes >= 0');
+    }
+    const maxBodyBytes = options.maxBodyBytes;
+    if (maxBodyBytes !== undefined && !(Number.isInteger(maxBodyBytes) && maxBodyBytes >= 0)) {
+      throw new InvalidOptionError('idem: maxBodyBytes must be a whole number of bytes >= 0');
     }
     this.capture = (response) => captureResponse(response, keep, maxResponseBytes, () => this.tooLarge(maxResponseBytes));
     this.discardStatuses = new Set(options.discardStatuses ?? [400, 401, 403, 422, 429]);
@@ -224,6 +229,18 @@ export class HttpIdempotency<Tx = unknown> {
   }
 
   /**
+   * Reads a request's body whole, at most `maxBodyBytes` (protocol.md H27): the bytes (`null`
+   * for none), or the 413 problem `request-too-large` to send instead (nothing was claimed).
+   */
+  async readBody(request: Request): Promise<Uint8Array | null | Response> {
+    const limit = this.options.maxBodyBytes;
+    if (limit === undefined) return request.body ? new Uint8Array(await request.arrayBuffer()) : null;
+    const body = await readBodyWithin(request, limit);
+    if (body !== undefined) return body;
+    return this.problem(ProblemKind.RequestTooLarge, 413, `The request body is larger than ${limit} bytes; nothing was processed.`).response;
+  }
+
+  /**
    * Serves a web-standard request: reads the body once, rebuilds the request so the handler
    * can read it again, and runs `handler` under idempotency protection.
    *
@@ -231,7 +248,9 @@ export class HttpIdempotency<Tx = unknown> {
    */
   async handle(request: Request, handler: (request: Request, context: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>): Promise<Response> {
     if (!this.protects(request.method)) return handler(request, undefined);
-    const body = request.body ? new Uint8Array(await request.arrayBuffer()) : null;
+    const read = await this.readBody(request);
+    if (read instanceof Response) return read;
+    const body = read;
     const rebuilt = new Request(request.url, { method: request.method, headers: request.headers, body });
     const prepared = await this.prepare({ method: request.method, url: request.url, headers: request.headers, body });
     if (prepared.kind === 'pass') return handler(rebuilt, undefined);

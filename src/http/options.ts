@@ -125,6 +125,15 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    */
   maxResponseBytes?: number;
   /**
+   * The most request body bytes {@link HttpIdempotency.handle} (fetch-style runtimes) and
+   * `idem/webhooks` read: a larger body is answered 413 `application/problem+json`
+   * (`urn:idem:problem:request-too-large`) before anything is claimed, and never buffered past
+   * the limit (protocol.md H27). Adapters that receive a parsed body (Express, Fastify, Koa,
+   * Lambda) leave the limit to their framework.
+   * @default no limit (webhook receivers: 26_214_400, 25 MiB)
+   */
+  maxBodyBytes?: number;
+  /**
    * `Retry-After` of a 409 "in progress", in seconds, clamped to the lease left (protocol.md H13).
    * @default 1
    */

@@ -17,6 +17,7 @@ export const ProblemKind = {
   LeaseLost: 'idempotency-lease-lost',
   ResponseTooLarge: 'response-too-large-to-keep',
   WebhookRefused: 'webhook-signature-invalid',
+  RequestTooLarge: 'request-too-large',
 } as const;
 export type ProblemKind = (typeof ProblemKind)[keyof typeof ProblemKind];
 
@@ -60,6 +61,7 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
   'idempotency-lease-lost': ['Another attempt took over this request', 'idempotency_error', 'idempotency_lease_lost'],
   'response-too-large-to-keep': ['The response was too large to keep for replay', 'api_error', 'response_too_large_to_keep'],
   'webhook-signature-invalid': ['The webhook signature is missing or invalid', 'authentication_error', 'webhook_signature_invalid'],
+  'request-too-large': ['The request body is too large', 'invalid_request_error', 'request_too_large'],
 };
 
 /**

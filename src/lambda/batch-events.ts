@@ -4,6 +4,18 @@
  * and the identifier a partial batch response names. Structural slices: aws-lambda's own types
  * (`SQSEvent`, `KinesisStreamEvent`, `DynamoDBStreamEvent`) fit them.
  */
+import { ErrorCode, IdempotencyError } from '../core/errors.js';
+
+/**
+ * A batch event with no list of records (`Records` not an array): nothing can be named in a
+ * partial batch response, so the invocation fails and Lambda retries the whole batch. A
+ * malformed record is not this error: it fails alone, named in `batchItemFailures`.
+ */
+export class InvalidEventError extends IdempotencyError {
+  constructor(message: string) {
+    super(ErrorCode.InvalidEvent, message);
+  }
+}
 
 /** An SQS record (standard or FIFO queue). */
 export interface SqsRecordLike {

@@ -12,6 +12,7 @@ import {
   type BatchResponse,
   type DynamoDbEventLike,
   dynamoDbSource,
+  InvalidEventError,
   type KinesisEventLike,
   kinesisSource,
   type RecordSource,
@@ -68,30 +69,45 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
   if (!(Number.isFinite(leaseMarginMs) && leaseMarginMs >= 0)) throw new InvalidOptionError('idem: leaseMarginMs must be a number of milliseconds >= 0');
   const keyOf = getKey ?? ((record: Rec) => source.key(record));
   const consumerOptions = rest as ConsumerOptions<Tx>;
-  const fixed = new IdempotentConsumer<Tx>(consumerOptions); // validates the options at start-up
-  const consumerFor = (context: C): IdempotentConsumer<Tx> => {
-    if ('engine' in consumerOptions || (consumerOptions as EngineOptions<Tx>).leaseMs !== undefined) return fixed;
-    const remaining = typeof context?.getRemainingTimeInMillis === 'function' ? context.getRemainingTimeInMillis() : undefined;
-    if (remaining === undefined || !Number.isFinite(remaining)) return fixed;
-    // protocol.md K35: each record's lease covers what is left of the invocation (no heartbeat,
-    // as the HTTP handler); a duplicate waits for a holder at most until then.
-    const leaseMs = invocationLeaseMs(remaining, leaseMarginMs);
-    return new IdempotentConsumer<Tx>({ ...consumerOptions, leaseMs, heartbeatMs: 0, waitMs: Math.max(0, Math.floor(remaining - leaseMarginMs)) });
-  };
+  // One consumer (one engine) for the handler's life; validates the options at start-up.
+  const consumer = new IdempotentConsumer<Tx>(consumerOptions);
+  const fixedLease = 'engine' in consumerOptions || (consumerOptions as EngineOptions<Tx>).leaseMs !== undefined;
   return async function idempotentBatch(event, context) {
+    const records = event?.Records ?? [];
+    if (!Array.isArray(records)) throw new InvalidEventError('idem/lambda: a batch event needs its Records array');
     const failures: Array<{ itemIdentifier: string }> = [];
     const stopped = new Set<string>();
-    for (const record of event?.Records ?? []) {
-      const group = source.group(record);
+    for (const record of records) {
+      // A malformed record fails alone (protocol.md K35): what cannot be read of it makes its
+      // disposition, never an error of the whole batch.
+      const group = readOr(() => source.group(record), undefined);
+      const fail = () => {
+        // A record with no readable identifier is named by an empty one: Lambda then retries
+        // the whole batch, whose done records replay.
+        failures.push({ itemIdentifier: readOr(() => source.itemIdentifier(record), '') });
+        if (group !== undefined) stopped.add(group);
+      };
       if (group !== undefined && stopped.has(group)) {
-        failures.push({ itemIdentifier: source.itemIdentifier(record) });
+        fail();
         continue;
       }
-      const { body, contentType } = source.payload(record);
+      const remaining = fixedLease ? undefined : remainingMs(context);
+      if (remaining !== undefined && remaining <= 0) {
+        // No time left to run it: it goes back to Lambda unclaimed (protocol.md K26).
+        fail();
+        continue;
+      }
+      // protocol.md K26, K35: each record's lease covers what is left of the invocation (no
+      // heartbeat, as the HTTP handler); a duplicate waits for a holder at most until then.
+      const limits =
+        remaining === undefined
+          ? undefined
+          : { leaseMs: invocationLeaseMs(remaining, leaseMarginMs), maxWaitMs: Math.max(0, Math.floor(remaining - leaseMarginMs)) };
       let disposition: Disposition;
       try {
+        const { body, contentType } = source.payload(record);
         const message = { id: keyOf(record), body, contentType, attempt: source.attempt(record) };
-        disposition = await consumerFor(context).consume(message, (ctx) => handler(record, ctx, context));
+        disposition = await consumer.consume(message, (ctx) => handler(record, ctx, context), limits);
       } catch (error) {
         disposition = { action: 'dead-letter', reason: 'invalid-message', error };
       }
@@ -103,11 +119,25 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
       if (disposition.action === 'ack') continue;
       // Retry and dead-letter alike go back to Lambda: the queue's redrive policy (maxReceiveCount)
       // or the stream's retry settings decide when a record leaves for the dead-letter queue.
-      failures.push({ itemIdentifier: source.itemIdentifier(record) });
-      if (group !== undefined) stopped.add(group);
+      fail();
     }
     return { batchItemFailures: failures };
   };
+}
+
+/** `read()`, or `fallback` when it throws (a field of a malformed record). */
+function readOr<T>(read: () => T, fallback: T): T {
+  try {
+    return read();
+  } catch {
+    return fallback;
+  }
+}
+
+/** The invocation's remaining time in ms, or `undefined` without a usable context. */
+function remainingMs(context: LambdaContextLike | undefined): number | undefined {
+  const remaining = typeof context?.getRemainingTimeInMillis === 'function' ? context.getRemainingTimeInMillis() : undefined;
+  return remaining === undefined || !Number.isFinite(remaining) ? undefined : remaining;
 }
 
 /**

@@ -301,6 +301,8 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     entry.released = true;
     entry.token = this.nextToken();
     entry.operatorNote = write.note;
+    // protocol.md K40: a released or forgotten key wakes its waiters like any other change.
+    this.changed(entry);
     return { kind: 'ok', value: { token: entry.token } };
   }
 

@@ -57,11 +57,15 @@ export class MySqlExecutor<C extends MySqlConnectionLike> {
     conn.destroy();
   }
 
-  /** One statement on `conn` under the deadline; past it (or on a connection error) `conn` is destroyed by the caller. */
-  async on<R = MySqlRow[]>(conn: C, sql: string, values: unknown[] = [], timed = true): Promise<R> {
+  /**
+   * One statement on `conn` under the deadline; past it (or on a connection error) `conn` is
+   * destroyed by the caller. `owned: false` for a connection a driver checked out (Drizzle's
+   * transaction): past the deadline it is left to its owner, who rolls back and releases it.
+   */
+  async on<R = MySqlRow[]>(conn: MySqlConnectionLike, sql: string, values: unknown[] = [], timed = true, owned = true): Promise<R> {
     const run = conn.query({ sql, values, rowsAsArray: false, nestTables: false, typeCast: true });
     const describe = `idem/mysql: ${sql.trim().split(/\s+/).slice(0, 3).join(' ')} …`;
-    const [result] = timed ? await withDeadline(run, this.timeoutMs, describe, () => this.destroy(conn)) : await run;
+    const [result] = timed ? await withDeadline(run, this.timeoutMs, describe, () => owned && this.destroy(conn as C)) : await run;
     return result as R;
   }
 

@@ -6,7 +6,7 @@ import { DEFAULT_INLINE_MAX_BYTES } from '../postgres/options.js';
 import { storedForm } from '../postgres/responses.js';
 import type { KeyInspection, StoreStats } from '../postgres/inspect.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../postgres/sweep.js';
-import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
+import { DEFAULT_STORE_TIMEOUT_MS, StoreTimeoutError } from '../store/deadline.js';
 import { decodeSnapshot, encodeSnapshot } from '../store/records.js';
 import type {
   AbandonedKey,
@@ -58,6 +58,10 @@ export interface MySqlStoreOptions<Tx = MySqlConnectionLike> {
    */
   storeTimeoutMs?: number;
 }
+
+/** Connections a driver checked out (Drizzle's transaction): idem never destroys them. */
+const BORROWED = new WeakSet<object>();
+const borrowed = (conn: MySqlConnectionLike): MySqlConnectionLike => (BORROWED.add(conn), conn);
 
 /** Sentinel thrown inside a transaction to roll it back when a fenced write matched no row. */
 const FENCED = Symbol('idem.mysql.fenced');
@@ -255,7 +259,7 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
         return value;
       };
       // A driver's phase runs in the client's own transaction; a pool's on its connection.
-      const value = this.driver && effects ? await this.driver.transaction(body) : await this.db.transaction((conn) => body(conn as Tx, conn));
+      const value = this.driver && effects ? await this.inDriver(this.driver, body) : await this.db.transaction((conn) => body(conn as Tx, conn));
       return { kind: 'ok', value };
     } catch (error) {
       if (error === FENCED) return { kind: 'fenced' };
@@ -264,12 +268,34 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
   }
 
   /**
+   * `body` in the driver's own transaction. The connection is the driver's (Drizzle checked it
+   * out): past the deadline idem does not destroy it (the driver rolls back and releases it,
+   * its pool stays whole once the server answers) and answers `StoreTimeoutError` at the
+   * deadline, not when the driver's rollback ends (protocol.md H17, K45).
+   */
+  private inDriver<T>(driver: MySqlDriver<Tx>, body: (tx: Tx, conn: MySqlConnectionLike) => Promise<T>): Promise<T> {
+    let expire!: (error: unknown) => void;
+    const expired = new Promise<never>((_, reject) => (expire = reject));
+    const run = driver.transaction(async (tx, conn) => {
+      try {
+        return await body(tx, borrowed(conn));
+      } catch (error) {
+        if (error instanceof StoreTimeoutError) expire(error);
+        throw error;
+      }
+    });
+    run.catch(() => undefined); // settles in the background after a deadline
+    return Promise.race([run, expired]);
+  }
+
+  /**
    * The fenced write of a commit, on `conn` in a transaction or on its own (autocommit; never
    * for an out-of-line body, whose blob is written after the fenced UPDATE matched).
    * @returns false when fenced
    */
   private async write(conn: MySqlConnectionLike | undefined, ref: KeyRef, rec: CommitRecord): Promise<boolean> {
-    const run = (sql: string, values: unknown[]) => (conn ? this.db.on<MySqlResultHeader>(conn, sql, values) : this.db.write(sql, values));
+    const run = (sql: string, values: unknown[]) =>
+      conn ? this.db.on<MySqlResultHeader>(conn, sql, values, true, !BORROWED.has(conn)) : this.db.write(sql, values);
     const scope = b(ref.scope);
     const key = b(ref.key);
     if (rec.kind === 'phase') {

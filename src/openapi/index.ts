@@ -37,9 +37,12 @@ export interface OpenApiOptions {
   prefix?: string;
   /**
    * The operations are webhook receivers (`idem/webhooks`): add the 401 problem of a delivery
-   * whose signature did not verify (protocol.md K37). @default false
+   * whose signature did not verify (protocol.md K37), and the 413 of a body over the receiver's
+   * `maxBodyBytes` (H27). @default false
    */
   webhooks?: boolean;
+  /** The API sets `maxBodyBytes` (H27): add the 413 problem of a body over it. @default false (true with `webhooks`) */
+  maxBodyBytes?: boolean;
 }
 
 /** Each problem idem answers: its kind, status and when (protocol.md H20). */
@@ -75,6 +78,12 @@ const PROBLEMS: Array<{ kind: ProblemKind; name: string; status: number; when: s
     name: 'WebhookSignatureInvalid',
     status: 401,
     when: "A webhook receiver refused a delivery whose signature is missing or invalid; nothing was claimed (K37). Stripe's preset answers 400.",
+  },
+  {
+    kind: ProblemKind.RequestTooLarge,
+    name: 'RequestTooLarge',
+    status: 413,
+    when: 'The request body is larger than maxBodyBytes; nothing was read past it or claimed (H27).',
   },
 ];
 
@@ -204,7 +213,10 @@ export function withIdempotency<T extends object>(document: T, options: OpenApiO
 /** The problems an API with `options` answers: 400 missing only when required, the webhook 401 only for receivers, the mismatch at its status. */
 function problems(options: OpenApiOptions) {
   const answered = PROBLEMS.filter(
-    (problem) => (problem.kind !== ProblemKind.MissingKey || options.required) && (problem.kind !== ProblemKind.WebhookRefused || options.webhooks),
+    (problem) =>
+      (problem.kind !== ProblemKind.MissingKey || options.required) &&
+      (problem.kind !== ProblemKind.WebhookRefused || options.webhooks) &&
+      (problem.kind !== ProblemKind.RequestTooLarge || options.webhooks || options.maxBodyBytes),
   );
   return answered.map((problem) => (problem.kind === ProblemKind.KeyReused ? { ...problem, status: options.mismatchStatus ?? 422 } : problem));
 }

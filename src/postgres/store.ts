@@ -199,12 +199,15 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     const { db, sql } = this.ctx;
     if (write.action === 'release') {
       const row = (await db.query(sql.operatorRelease, [scope, key, token, write.note, write.force === true])).rows[0];
-      return row ? { kind: 'ok', value: { token: Number(row.lock_version) } } : { kind: 'fenced' };
+      if (!row) return { kind: 'fenced' };
+      await this.notified(write.ref);
+      return { kind: 'ok', value: { token: Number(row.lock_version) } };
     }
     const old = (await db.query(sql.operatorBlob, [scope, key, token])).rows[0];
     if (!old) return { kind: 'fenced' };
     const row = (await db.query(sql.operatorForget, [scope, key, token, write.note])).rows[0];
     if (!row) return { kind: 'fenced' };
+    await this.notified(write.ref);
     // The forgotten response's blob is dead (protocol.md K14), as after a replacement past retention.
     if (old.response_body_ref) await this.ctx.blobs.delete([blobRef(old, scope, key)]).catch(() => undefined);
     return { kind: 'ok', value: { token: Number(row.lock_version) } };

@@ -39,9 +39,9 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
    */
   phases?: PhaseLedger<Tx>;
   /**
-   * Answer retries of finished keys with a plain `HGETALL` (and `TIME`, pipelined) before the
-   * claim script: a replay costs native reads instead of a Lua call, a new key one extra
-   * round trip.
+   * Answer retries of finished keys with a plain `HGETALL` before the claim script, retention
+   * judged by a bound of the server's clock (a `TIME` once a second, protocol.md K28): a replay
+   * costs one native read instead of a Lua call, a new key one extra round trip.
    * @default true
    */
   replayFastPath?: boolean;

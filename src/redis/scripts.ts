@@ -36,7 +36,8 @@
  */
 
 /**
- * Helpers prepended to every script (each script is sent on its own, so each carries them).
+ * Helpers put in front of the scripts that call them (each script is sent on its own, so each
+ * carries its own; see `script`).
  *
  * `next_token`: the fencing token only ever grows, also across the hash's expiry (retention)
  * and a discard: the counter key outlives the hash by a whole retention period, and a new
@@ -48,28 +49,47 @@
  * only while a lease is valid past it (the engine keeps retention longer than any lease, so
  * that is a safety net, never the rule). Replays never call it: they do not extend retention.
  */
-const PRELUDE = `
-local function now_ms()
+const HELPERS: Array<[name: string, uses: string[], text: string]> = [
+  [
+    'now_ms',
+    [],
+    `local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function now_us()
+end`,
+  ],
+  [
+    'now_us',
+    [],
+    `local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local function num(n) return string.format('%.0f', n) end
-local function next_token(counter)
+end`,
+  ],
+  ['num', [], `local function num(n) return string.format('%.0f', n) end`],
+  [
+    'next_token',
+    ['num', 'now_us'],
+    `local function next_token(counter)
   local last = tonumber(redis.call('GET', counter) or '0')
   local token = math.max(last + 1, now_us())
   redis.call('SET', counter, num(token))
   return num(token)
-end
-local function set_expiry(h, counter, ca, rt, lu)
+end`,
+  ],
+  [
+    'set_expiry',
+    ['num'],
+    `local function set_expiry(h, counter, ca, rt, lu)
   local at = math.max(ca + rt, lu)
   redis.call('PEXPIREAT', h, num(at))
   redis.call('PEXPIREAT', counter, num(at + rt))
-end
-local function fields(h, with_body, with_request)
+end`,
+  ],
+  [
+    'fields',
+    [],
+    `local function fields(h, with_body, with_request)
   local all = redis.call('HGETALL', h)
   local out = {}
   for i = 1, #all, 2 do
@@ -80,15 +100,40 @@ local function fields(h, with_body, with_request)
     end
   end
   return out
-end
-local function changed(h)
+end`,
+  ],
+  [
+    'changed',
+    [],
+    `local function changed(h)
   redis.pcall('SPUBLISH', h, '1')
-end
-local function fenced(h, token)
+end`,
+  ],
+  [
+    'fenced',
+    [],
+    `local function fenced(h, token)
   local cur = redis.call('HMGET', h, 'tok', 'st')
   return cur[1] == token and cur[2] == 'started'
-end
-`;
+end`,
+  ],
+];
+
+/**
+ * A script with the helpers it calls (and theirs) in front: Redis runs the whole text on every
+ * call, so a helper a script never calls would still cost a closure per call.
+ */
+function script(body: string): string {
+  const wanted = new Set<string>();
+  const want = (name: string) => {
+    if (wanted.has(name)) return;
+    wanted.add(name);
+    for (const dep of HELPERS.find(([n]) => n === name)![1]) want(dep);
+  };
+  for (const [name] of HELPERS) if (new RegExp(`\\b${name}\\(`).test(body)) want(name);
+  const helpers = HELPERS.filter(([name]) => wanted.has(name)).map(([, , text]) => text);
+  return `${helpers.join('\n')}\n${body}`;
+}
 
 /**
  * Claim (protocol.md K3, Q1 + Q2 in one script): inserts the key as `started` with a lease, or
@@ -104,11 +149,15 @@ end
  * KEYS[1] hash, KEYS[2] token counter, KEYS[3] in-flight index (single Redis only).
  * ARGV[1] fingerprint hex, ARGV[2] lease ms, ARGV[3] retention ms, ARGV[4] new claim id,
  * ARGV[5] index member.
- * Returns `{'claimed', token, claimId}` or `{'exists', now, field, value, ...}`.
+ * Returns the new token (a bulk string: the claim id is ARGV[4], known to the caller) or
+ * `{'exists', now, field, value, ...}`. A new key costs the server one `TIME` (the token's µs
+ * and the clock's ms), no `DEL` and one `SET ... PX` for the counter: every `redis.call` and
+ * every table handed back to Redis is a measurable share of a script's cost (bench/redis-store.ts).
  */
-export const CLAIM = `${PRELUDE}
+export const CLAIM = script(`
 local h, counter = KEYS[1], KEYS[2]
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HMGET', h, 'ca', 'lu', 'fp', 'st', 'rt')
 if cur[1] then
   local retention_over = tonumber(cur[1]) <= now - tonumber(ARGV[3])
@@ -116,17 +165,20 @@ if cur[1] then
   if not (retention_over and lease_over) then
     return {'exists', num(now), fields(h, cur[3] == ARGV[1] and cur[4] == 'done', false)}
   end
+  redis.call('DEL', h)
 end
-local token = next_token(counter)
-local lu = now + tonumber(ARGV[2])
+local last = tonumber(redis.call('GET', counter) or '0')
+local token = num(math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
 local rt = tonumber(ARGV[3])
-redis.call('DEL', h)
+local lu = now + tonumber(ARGV[2])
 redis.call('HSET', h, 'fp', ARGV[1], 'st', 'started', 'rp', 'start', 'tok', token, 'cid', ARGV[4],
   'lu', num(lu), 'ca', num(now), 'rt', ARGV[3])
-set_expiry(h, counter, now, rt, lu)
+local at = math.max(now + rt, lu)
+redis.call('PEXPIREAT', h, num(at))
+redis.call('SET', counter, token, 'PX', num(at + rt - now))
 if KEYS[3] then redis.call('ZADD', KEYS[3], num(now), ARGV[5]) end
-return {'claimed', token, ARGV[4]}
-`;
+return token
+`);
 
 /**
  * Takeover (protocol.md Q3): only if the token is still the one read, the key still
@@ -139,7 +191,7 @@ return {'claimed', token, ARGV[4]}
  * KEYS[1] hash, KEYS[2] token counter. ARGV[1] token read, ARGV[2] lease ms.
  * Returns `{token, field, value, ...}` (with `na`) or nil (lost).
  */
-export const TAKE_OVER = `${PRELUDE}
+export const TAKE_OVER = script(`
 local h, counter = KEYS[1], KEYS[2]
 local now = now_ms()
 local cur = redis.call('HMGET', h, 'tok', 'st', 'lu', 'ca', 'rt', 'rl')
@@ -151,7 +203,7 @@ redis.call('HSET', h, 'tok', token, 'lu', num(lu))
 set_expiry(h, counter, tonumber(cur[4]), tonumber(cur[5]), lu)
 changed(h)
 return {token, fields(h, false, false)}
-`;
+`);
 
 /**
  * Phase commit (protocol.md Q4), fenced: the recovery point and the phase's result, with the
@@ -161,7 +213,7 @@ return {token, fields(h, false, false)}
  * KEYS[1] hash, KEYS[2] token counter. ARGV[1] token, ARGV[2] phase, ARGV[3] result JSON,
  * ARGV[4] lease ms. Returns 1, or nil (fenced).
  */
-export const RECORD_PHASE = `${PRELUDE}
+export const RECORD_PHASE = script(`
 local h, counter = KEYS[1], KEYS[2]
 if not fenced(h, ARGV[1]) then return false end
 local now = now_ms()
@@ -170,7 +222,7 @@ redis.call('HSET', h, 'rp', ARGV[2], 'p:' .. ARGV[2], ARGV[3], 'lu', num(lu))
 local cur = redis.call('HMGET', h, 'ca', 'rt')
 set_expiry(h, counter, tonumber(cur[1]), tonumber(cur[2]), lu)
 return 1
-`;
+`);
 
 /**
  * Finish (protocol.md Q5, K5), fenced: state `done`, the response stored, the lease cleared,
@@ -180,7 +232,7 @@ return 1
  * KEYS[1] hash, KEYS[3] in-flight index (single Redis only). ARGV[1] token, ARGV[2] status,
  * ARGV[3] headers JSON, ARGV[4] body base64, ARGV[5] index member. Returns 1, or nil (fenced).
  */
-export const FINISH = `${PRELUDE}
+export const FINISH = script(`
 local h = KEYS[1]
 if not fenced(h, ARGV[1]) then return false end
 redis.call('HSET', h, 'st', 'done', 'rp', 'finished', 'rs', ARGV[2], 'rh', ARGV[3], 'rb', ARGV[4],
@@ -188,13 +240,13 @@ redis.call('HSET', h, 'st', 'done', 'rp', 'finished', 'rs', ARGV[2], 'rh', ARGV[
 if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[5]) end
 changed(h)
 return 1
-`;
+`);
 
 /**
  * Heartbeat (protocol.md K7), fenced: the lease ends `ARGV[2]` ms from the server's now.
  * KEYS[1] hash, KEYS[2] token counter. ARGV[1] token, ARGV[2] lease ms. Returns 1 or nil.
  */
-export const EXTEND_LEASE = `${PRELUDE}
+export const EXTEND_LEASE = script(`
 local h, counter = KEYS[1], KEYS[2]
 if not fenced(h, ARGV[1]) then return false end
 local lu = now_ms() + tonumber(ARGV[2])
@@ -202,7 +254,7 @@ redis.call('HSET', h, 'lu', num(lu))
 local cur = redis.call('HMGET', h, 'ca', 'rt')
 set_expiry(h, counter, tonumber(cur[1]), tonumber(cur[2]), lu)
 return 1
-`;
+`);
 
 /**
  * Release or discard (protocol.md K9), fenced. Release: the lease ends now (`lu` = the server's
@@ -215,7 +267,7 @@ return 1
  * KEYS[1] hash, KEYS[3] in-flight index (single Redis only). ARGV[1] token, ARGV[2] discard
  * flag, ARGV[3] index member. Returns 'deleted', 'released', or nil (fenced).
  */
-export const RELEASE = `${PRELUDE}
+export const RELEASE = script(`
 local h = KEYS[1]
 if not fenced(h, ARGV[1]) then return false end
 if ARGV[2] == '1' and redis.call('HGET', h, 'rp') == 'start' then
@@ -227,29 +279,29 @@ end
 redis.call('HSET', h, 'lu', num(now_ms()), 'rl', '1')
 changed(h)
 return 'released'
-`;
+`);
 
 /**
  * Completer: the request snapshot of a key this worker holds, fenced (protocol.md K11).
  * KEYS[1] hash. ARGV[1] token, ARGV[2] snapshot JSON. Returns 1 or nil.
  */
-export const SAVE_REQUEST = `${PRELUDE}
+export const SAVE_REQUEST = script(`
 local h = KEYS[1]
 if not fenced(h, ARGV[1]) then return false end
 redis.call('HSET', h, 'rq', ARGV[2])
 return 1
-`;
+`);
 
 /**
  * Read one key with the server's now (get, the completer's listing). No write.
  * KEYS[1] hash. ARGV[1] '1' to include the request snapshot.
  * Returns `{now, field, value, ...}`, or nil when absent.
  */
-export const READ = `${PRELUDE}
+export const READ = script(`
 local h = KEYS[1]
 if redis.call('EXISTS', h) == 0 then return false end
 return {num(now_ms()), fields(h, true, ARGV[1] == '1')}
-`;
+`);
 
 /**
  * Adopt (protocol.md K22), fenced: the key was claimed afresh, but the phase ledger holds the
@@ -260,7 +312,7 @@ return {num(now_ms()), fields(h, true, ARGV[1] == '1')}
  * KEYS[1] hash. ARGV[1] token, ARGV[2] fingerprint hex, ARGV[3] claim id, ARGV[4] recovery
  * point, then (phase, result JSON) pairs. Returns 1, or nil (fenced).
  */
-export const ADOPT = `${PRELUDE}
+export const ADOPT = script(`
 local h = KEYS[1]
 if not fenced(h, ARGV[1]) then return false end
 if ARGV[2] ~= '' then redis.call('HSET', h, 'fp', ARGV[2]) end
@@ -268,7 +320,7 @@ redis.call('HSET', h, 'cid', ARGV[3], 'rp', ARGV[4], 'lu', num(now_ms()))
 for i = 5, #ARGV - 1, 2 do redis.call('HSET', h, 'p:' .. ARGV[i], ARGV[i + 1]) end
 changed(h)
 return 1
-`;
+`);
 
 /**
  * An operator's release or forget (protocol.md K40-K42), fenced by the token read. Release: a
@@ -281,7 +333,7 @@ return 1
  * token read, ARGV[2] `release` | `forget`, ARGV[3] force `1`/`0`, ARGV[4] note, ARGV[5] index
  * member, ARGV[6] new claim id. Returns the new token, or nil (fenced).
  */
-export const OPERATE = `${PRELUDE}
+export const OPERATE = script(`
 local h, counter = KEYS[1], KEYS[2]
 local now = now_ms()
 local cur = redis.call('HMGET', h, 'tok', 'st', 'lu', 'fp', 'ca', 'rt')
@@ -298,7 +350,7 @@ end
 local token = next_token(counter)
 redis.call('HSET', h, 'tok', token, 'lu', num(now), 'rl', '1', 'op', ARGV[4])
 return token
-`;
+`);
 
 /** The scripts by name, as the store loads them. */
 export const SCRIPTS = {

@@ -32,6 +32,7 @@ import { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } fr
 import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { LedgerState, PhaseLedger } from './pg-phases.js';
+import { ServerClock } from './server-clock.js';
 import { ShardChannelFeed } from './subscriber.js';
 
 export { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
@@ -79,6 +80,8 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly client: RedisStoreOptions<Tx>['client'];
   private readonly timeoutMs: number;
   private hub: KeyChangeHub | undefined;
+  /** The server's clock as an upper bound, for the replay fast path. */
+  private readonly clock = new ServerClock();
 
   /**
    * @throws {InvalidOptionError} no usable client, a node-redis client that never reconnects
@@ -137,32 +140,40 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   async claim(input: ClaimInput): Promise<ClaimResult> {
     const keys = this.keys(input.scope, input.key);
     if (this.replayFastPath) {
-      // Replay fast path: a plain HGETALL and the server's TIME, pipelined in one round trip,
-      // answer a retry of a finished key without a script (measured: a Lua call costs the
-      // server about 6x a bare HGETALL). A finished hash only changes by expiring, so this
-      // read cannot be stale in a way that matters; anything else goes to the claim script.
-      const [hash, time] = await Promise.all([this.redis.command(keys[0]!, ['HGETALL', keys[0]!]), this.redis.command(keys[0]!, ['TIME'])]);
+      // Replay fast path: a plain HGETALL answers a retry of a finished key without a script
+      // (a Lua call costs the server several times a bare HGETALL). A finished hash only
+      // changes by expiring, so this read cannot be stale in a way that matters; anything else
+      // goes to the claim script. The retention is judged by the server's clock as a bound
+      // (src/redis/server-clock.ts, docs/protocol.md K28): a TIME rides along only when that
+      // bound is older than a second.
+      const h = keys[0]!;
+      const sample = this.clock.stale() ? this.clock.sample((args) => this.redis.command(h, args)) : undefined;
+      const hash = await this.redis.command(h, ['HGETALL', h]);
+      if (sample) await sample;
       const f = toFields(hash);
-      const [seconds, micros] = time as [string, string];
-      const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-      if (f.st === KeyState.Done && Number(f.ca) > nowMs - input.retentionMs) {
-        const record = recordOf(input.scope, input.key, 0, f);
-        if (f.fp !== hex(input.fingerprint)) delete record.response; // a mismatch is never replayed
-        record.retentionRemainingMs = retentionLeft(f, input.retentionMs, nowMs);
-        return { kind: 'exists', record };
+      if (f.st === KeyState.Done) {
+        const latestNowMs = this.clock.latestNowMs();
+        if (Number(f.ca) > latestNowMs - input.retentionMs) {
+          const record = recordOf(input.scope, input.key, 0, f);
+          if (f.fp !== hex(input.fingerprint)) delete record.response; // a mismatch is never replayed
+          record.retentionRemainingMs = retentionLeft(f, input.retentionMs, latestNowMs);
+          return { kind: 'exists', record };
+        }
       }
     }
     const member = indexMember(input.scope, input.key);
     const fingerprint = hex(input.fingerprint);
+    const claimId = randomUUID();
     const reply = (await this.redis.script('claim', keys, [
       fingerprint,
       String(Math.max(0, Math.floor(input.leaseMs))),
       String(Math.floor(input.retentionMs)),
-      randomUUID(),
+      claimId,
       member,
-    ])) as [string, string, unknown];
-    if (reply[0] === 'claimed') {
-      const token = Number(reply[1]);
+    ])) as string | [string, string, unknown];
+    if (!Array.isArray(reply)) {
+      // The new token alone (scripts.ts CLAIM): the claim id is the one sent.
+      const token = Number(reply);
       if (this.redis.cluster) await this.redis.command(this.index, ['ZADD', this.index, String(Date.now()), member]);
       if (this.durability) {
         try {
@@ -172,7 +183,6 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
           throw error;
         }
       }
-      const claimId = String(reply[2]);
       if (this.ledger) {
         // The new owner fences the ledger first, so no worker of an earlier claim of this key
         // (discarded, past retention, or forgotten by Redis) can still commit a phase there.
@@ -326,6 +336,9 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     const reply = await this.redis.script('operate', keys, [String(token), write.action, write.force ? '1' : '0', write.note, member, randomUUID()]);
     if (reply === null || reply === undefined || reply === false) return { kind: 'fenced' };
     if (write.action === 'forget' && this.redis.cluster) await this.redis.command(this.index, ['ZADD', this.index, String(Date.now()), member]);
+    // protocol.md K40: the key's waiters hear of it, as of a release by its worker (K30); sent
+    // after the script, as its own command. Lost (a Redis before 7): they read at their deadline.
+    await this.redis.command(keys[0]!, ['SPUBLISH', keys[0]!, '1']).catch(() => undefined);
     return { kind: 'ok', value: { token: Number(reply) } };
   }
 

@@ -9,7 +9,9 @@
  *
  * After the subscriber reconnects (the driver resubscribes), every waiter is woken to read the
  * key again: a change sent while it was away reaches them by that read. A loss the driver does
- * not report (a Cluster shard's subscriber) is covered by the waiter's own deadline read.
+ * not report (a Cluster shard's subscriber) is covered by the waiter's own deadline read. A
+ * server without `SSUBSCRIBE` (Redis before 7) cannot wake waiters: they read at their deadline
+ * (protocol.md K24).
  */
 import type { ChangeFeed, KeyChangeHub } from '../store/key-changes.js';
 import type { RedisClientLike } from './client.js';
@@ -86,12 +88,20 @@ function openSubscriber(client: RedisClientLike, onMessage: (channel: string) =>
       return sub.sUnsubscribe(channel, listener);
     },
     close: () => {
-      connected.then(
-        () => sub.destroy(),
-        () => undefined,
-      );
+      // At once, also while it is still connecting or reconnecting (a server unreachable): a
+      // close that waited for the connection would leave it retrying for good.
+      try {
+        sub.destroy();
+      } catch {
+        // Already closed (its reconnect strategy gave up).
+      }
     },
   };
+}
+
+/** True for a server's answer that it has no such command: a Redis before 7 has no `SSUBSCRIBE`. */
+function isUnknownCommand(error: unknown): boolean {
+  return error instanceof Error && /^ERR unknown command/i.test(error.message);
 }
 
 /** How long an idle subscriber stays open for the next wait, in ms (it then closes, so an idle process holds no extra connection). */
@@ -107,6 +117,12 @@ export class ShardChannelFeed implements ChangeFeed {
   /** The last (un)subscribe sent per channel, so a watch follows the unwatch before it. */
   private readonly pending = new Map<string, Promise<unknown>>();
   hub: KeyChangeHub | undefined;
+  /**
+   * Set once the server answered that it has no `SSUBSCRIBE` (Redis before 7, protocol.md
+   * K24): nothing can wake a waiter, so a watch is active at once and never fires; each waiter
+   * reads its key at its wait's end, then answers as K17 says (the 409, never a 503).
+   */
+  private cannotWake = false;
 
   constructor(
     private readonly client: RedisClientLike,
@@ -114,11 +130,32 @@ export class ShardChannelFeed implements ChangeFeed {
   ) {}
 
   watch(id: string, scope: string, key: string): Promise<void> {
+    if (this.cannotWake) return Promise.resolve();
     const channel = this.channelOf(scope, key);
     clearTimeout(this.idle);
     this.ids.set(channel, id);
     this.channels.set(id, channel);
-    return this.serially(channel, () => this.connection().subscribe(channel)).then(() => undefined);
+    // Subscribes only while still watched: a subscribe queued behind an earlier unsubscribe of
+    // a waiter that has left meanwhile would open a subscriber that no idle close follows.
+    return this.serially(channel, () => (this.ids.has(channel) ? this.connection().subscribe(channel) : undefined)).then(
+      () => undefined,
+      (error: unknown) => {
+        if (!isUnknownCommand(error)) throw error;
+        this.refused();
+      },
+    );
+  }
+
+  /** The server cannot wake waiters (protocol.md K24): said once, and no subscriber stays open. */
+  private refused(): void {
+    if (this.cannotWake) return;
+    this.cannotWake = true;
+    this.subscriber?.close();
+    this.subscriber = undefined;
+    globalThis.process?.emitWarning?.(
+      'idem/redis: this Redis server has no SSUBSCRIBE (Redis before 7), so nothing wakes a waiting duplicate: each one reads its key once when its inProgress.wait ends, then replays or gets the 409',
+      { code: 'IDEM_REDIS_NO_SHARDED_PUBSUB' },
+    );
   }
 
   unwatch(id: string): void {
@@ -126,7 +163,9 @@ export class ShardChannelFeed implements ChangeFeed {
     if (channel === undefined) return;
     this.channels.delete(id);
     this.ids.delete(channel);
-    this.serially(channel, () => this.connection().unsubscribe(channel)).catch(() => undefined);
+    // On the subscriber that subscribed, never a new one (closed meanwhile: nothing to undo).
+    const sub = this.subscriber;
+    if (sub) this.serially(channel, () => (sub === this.subscriber ? sub.unsubscribe(channel) : undefined)).catch(() => undefined);
     if (this.ids.size > 0) return;
     clearTimeout(this.idle);
     this.idle = setTimeout(() => {
@@ -138,18 +177,23 @@ export class ShardChannelFeed implements ChangeFeed {
   }
 
   private connection(): ShardSubscriber {
-    this.subscriber ??= openSubscriber(
+    if (this.subscriber) return this.subscriber;
+    // A closed subscriber's late events (a reconnect's 'ready' and its PING failing) wake no one.
+    const sub: ShardSubscriber = openSubscriber(
       this.client,
       (channel) => {
         const id = this.ids.get(channel);
-        if (id !== undefined) this.hub?.changed(id);
+        if (id !== undefined && this.subscriber === sub) this.hub?.changed(id);
       },
-      () => this.hub?.lost(),
+      () => {
+        if (this.subscriber === sub) this.hub?.lost();
+      },
     );
-    return this.subscriber;
+    this.subscriber = sub;
+    return sub;
   }
 
-  private serially(channel: string, fn: () => Promise<unknown>): Promise<unknown> {
+  private serially(channel: string, fn: () => Promise<unknown> | undefined): Promise<unknown> {
     const before = this.pending.get(channel) ?? Promise.resolve();
     const run = before.then(fn, fn);
     const settled = run.catch(() => undefined);

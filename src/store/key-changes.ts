@@ -7,7 +7,55 @@
  * {@link KeyChangeHub.lost} when changes may have been missed (a subscriber reconnecting).
  */
 import { withDeadline } from './deadline.js';
-import type { KeyChanges } from './types.js';
+import type { IdempotencyStore, KeyChanges } from './types.js';
+
+/**
+ * Why `store` cannot serve wait mode (protocol.md K17), or `undefined` when it can: the one place
+ * that decides it. A store can when it has `subscribe`; its `noSubscribe` only explains, in the
+ * refusal, a store without it (and is ignored on a store that has it).
+ */
+export function waitRefusal(store: Pick<IdempotencyStore<unknown>, 'subscribe' | 'noSubscribe'>): string | undefined {
+  if (typeof store.subscribe === 'function') return undefined;
+  const why = store.noSubscribe ? ` (${store.noSubscribe})` : '';
+  return `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`;
+}
+
+/** Duplicates waiting in this process now, across engines and stores (protocol.md K34 3). */
+let waitingNow = 0;
+
+/**
+ * Subscribes a duplicate to (scope, key) of `store` unless `maxWaiters` duplicates of this
+ * process already wait (protocol.md K34 3): then `undefined`, holding nothing. The place is
+ * held until the subscription is closed (or subscribing failed).
+ */
+export async function startWaiting(
+  store: Pick<IdempotencyStore<unknown>, 'subscribe'>,
+  scope: string,
+  key: string,
+  maxWaiters: number,
+): Promise<KeyChanges | undefined> {
+  if (waitingNow >= maxWaiters) return undefined;
+  waitingNow++;
+  let changes: KeyChanges;
+  try {
+    changes = await store.subscribe!(scope, key);
+  } catch (error) {
+    waitingNow--;
+    throw error;
+  }
+  let held = true;
+  return {
+    get seen() {
+      return changes.seen;
+    },
+    next: (timeoutMs, signal) => changes.next(timeoutMs, signal),
+    close() {
+      if (held) waitingNow--;
+      held = false;
+      changes.close();
+    },
+  };
+}
 
 /** Where a store's change notifications come from, per key id ({@link keyId}). */
 export interface ChangeFeed {

@@ -290,7 +290,9 @@ export interface IdempotencyStore<Tx = unknown> {
 
   /**
    * Optional: why this store has no {@link subscribe} (e.g. its database cannot notify), named
-   * in the `InvalidOptionError` an engine with `inProgress.wait` throws on it.
+   * in the `InvalidOptionError` an engine with `inProgress.wait` throws on it. An explanation
+   * only: whether a store can wait is whether it has `subscribe` (`waitRefusal`,
+   * src/store/key-changes.ts); on a store that has it, this is ignored.
    */
   readonly noSubscribe?: string;
 }

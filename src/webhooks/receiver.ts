@@ -10,7 +10,17 @@ export type WebhookOptions<Tx = unknown> = Omit<IdempotencyOptions<Tx>, 'getKey'
    * @default `webhook:<provider>`
    */
   scope?: string;
+  /**
+   * The most body bytes read from a delivery, before its signature is checked: a larger one is
+   * answered 413 (`urn:idem:problem:request-too-large`), unread past the limit, nothing claimed
+   * (protocol.md H27). Lower it for providers with small payloads (Stripe, Slack).
+   * @default 26_214_400 (25 MiB, GitHub's cap on a delivery)
+   */
+  maxBodyBytes?: number;
 };
+
+/** Default `maxBodyBytes` of a receiver: 25 MiB, GitHub's cap on a delivery (the largest of the presets' providers). */
+export const DEFAULT_WEBHOOK_BODY_BYTES = 25 * 1024 * 1024;
 
 /** A webhook handler: the verified delivery (its body readable again) and idem's context (`undefined` for a signed request that is not a delivery, e.g. Slack's url_verification). */
 export type WebhookHandler<Tx = unknown> = (request: Request, idem: IdempotencyContext<Tx> | undefined) => Response | Promise<Response>;
@@ -42,9 +52,18 @@ export function webhookReceiver<Tx = unknown>(
   if (!preset || typeof preset.verify !== 'function') throw new TypeError('idem/webhooks: webhookReceiver needs a preset, e.g. github({ secret })');
   const scope = options.scope ?? `webhook:${preset.name}`;
   const ids = new WeakMap<Headers, string>();
-  const core = new HttpIdempotency<Tx>({ ...options, scope: () => scope, getKey: (input) => ids.get(input.headers), required: false });
+  const core = new HttpIdempotency<Tx>({
+    ...options,
+    maxBodyBytes: options.maxBodyBytes ?? DEFAULT_WEBHOOK_BODY_BYTES,
+    scope: () => scope,
+    getKey: (input) => ids.get(input.headers),
+    required: false,
+  });
   return async function receive(request, handler) {
-    const body = new Uint8Array(await request.arrayBuffer());
+    // protocol.md H27: the HTTP core's limited read; past the limit, its 413 problem and no claim.
+    const read = await core.readBody(request);
+    if (read instanceof Response) return read;
+    const body = read ?? new Uint8Array();
     let id: string | undefined;
     try {
       id = await preset.verify({ headers: request.headers, body });

@@ -43,12 +43,16 @@ async function answering(port: number): Promise<void> {
   }
 }
 
-/** Starts a redis-server on a free loopback port and waits until it answers. */
-export async function startOwnRedis(): Promise<OwnRedis> {
+/**
+ * Starts a redis-server on a free loopback port and waits until it answers. `args`: more
+ * settings, e.g. `['--rename-command', 'SSUBSCRIBE', '']` for a server without sharded pub/sub
+ * (the same "unknown command" answer as a Redis before 7).
+ */
+export async function startOwnRedis(args: string[] = []): Promise<OwnRedis> {
   const port = await freePort();
   let proc: ChildProcess | undefined;
   const start = async () => {
-    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], { stdio: 'ignore' });
     await answering(port);
   };
   const kill = async () => {

@@ -185,6 +185,23 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
         assert.equal(record.leaseExpired, false);
       });
 
+      it('never replays a finished key past retention, and reports no more retention left than the server clock gives (replay fast path)', async () => {
+        const token = claimedToken(await claim('done'));
+        await store.commit({ scope: 'tenant-1', key: 'done', token }, finishWith(RESPONSE));
+        const created = Number(await raw('done', 'ca'));
+        const serverBefore = await serverNowMs();
+        const replayed = existing(await claim('done'));
+        assert.ok(replayed.response, 'replayed within retention');
+        // The read ran after serverBefore by the server's clock: it had at most this much left.
+        const left = replayed.retentionRemainingMs!;
+        assert.ok(left <= created + RETENTION_MS - serverBefore, `retention left ${left} is bounded by the server clock`);
+        assert.ok(left > 0);
+        await age('done');
+        const fresh = await claim('done');
+        assert.equal(fresh.kind, 'claimed', 'a finished key past retention counts as absent');
+        assert.ok(claimedToken(fresh) > token);
+      });
+
       it('lets exactly one of 50 concurrent claims of a new key win', async () => {
         const results = await Promise.all(Array.from({ length: 50 }, () => claim('race')));
         assert.equal(results.filter((r) => r.kind === 'claimed').length, 1);
