@@ -67,29 +67,30 @@ function attempts(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: ()
     assert.equal(counter.H, 5, 'the handler ran five times, never again');
   });
 
-  it('maxAttempts is an option; infrastructure failures (dropped connection, SQLSTATE 08, errors marked transient) do not count', async () => {
+  it('maxAttempts is an option; infrastructure failures (dropped connection, SQLSTATE 08, mysql2 connection loss and deadlock, errors marked transient) do not count', async () => {
     let transient = true;
+    const kinds = [
+      new Error('Connection terminated unexpectedly'),
+      Object.assign(new Error('server closed the connection'), { code: '08006' }),
+      Object.assign(new Error('payment provider down'), { transient: true }),
+      // mysql2 on a cut connection, and on a deadlock.
+      Object.assign(new Error('Connection lost: The server closed the connection.'), { code: 'PROTOCOL_CONNECTION_LOST', fatal: true }),
+      Object.assign(new Error('Deadlock found when trying to get lock'), { code: 'ER_LOCK_DEADLOCK', errno: 1213, sqlState: '40001' }),
+    ];
     const { app, counter, table } = await setup(
       () => {
-        if (transient) {
-          const kinds = [
-            new Error('Connection terminated unexpectedly'),
-            Object.assign(new Error('server closed the connection'), { code: '08006' }),
-            Object.assign(new Error('payment provider down'), { transient: true }),
-          ];
-          throw kinds[counter.H % 3]!;
-        }
+        if (transient) throw kinds[counter.H % kinds.length]!;
         throw new Error('a bug in the handler');
       },
       { maxAttempts: 2 },
     );
     const send = () => app.send('/v1/charges', requestInit({ key: 'flaky', json: {} }));
-    for (let i = 0; i < 4; i++) await assertProblem(await send(), 500, 'request-failed-retry');
+    for (let i = 0; i < kinds.length; i++) await assertProblem(await send(), 500, 'request-failed-retry');
     assert.equal((await failedAttempts(db(), table, 'flaky'))!.failed_attempts, 0, 'transient failures are not counted');
     transient = false;
     await assertProblem(await send(), 500, 'request-failed-retry');
     await assertProblem(await send(), 500, 'request-failed-permanently');
-    assert.equal(counter.H, 6);
+    assert.equal(counter.H, kinds.length + 2);
   });
 }
 

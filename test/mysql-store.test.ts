@@ -1,7 +1,8 @@
 /**
  * What only the MySQL store shows (the store contract and the engine suite run over it through
  * test/helpers/mysql-stores.ts): wait mode refused with its reason, keys compared byte for byte,
- * bodies out of line in `<table>_blobs`, and a sweep that keeps the token counter. On the server
+ * bodies out of line in `<table>_blobs`, a sweep that keeps the token counter, and the CLI (its
+ * operator actions and dashboard refused at once). On the server
  * of MYSQL_URL, in a database of this file's own (dropped after).
  */
 import { after, before, describe, it } from 'node:test';
@@ -174,6 +175,30 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
     assert.equal((await cli('sweep', '--dry-run')).sweepable, 1);
     assert.equal((await cli('sweep', '--no-progress')).deleted, 1);
     assert.equal((await cli('stats')).total, 0);
+    await store.dropTables();
+  });
+
+  it('refuses idem release, forget and dashboard on a mysql:// URL at once, in one line naming the reason, and changes nothing', async () => {
+    const store = await fresh();
+    const token = claimedToken(await store.claim(claimInput('op-key')));
+    const before = await store.inspect('tenant-1', 'op-key');
+    for (const args of [
+      ['release', 'tenant-1', 'op-key', '--force'],
+      ['forget', 'tenant-1', 'op-key'],
+      ['dashboard', '--port', '0'],
+    ]) {
+      const lines: string[] = [];
+      const io = { out: (l: string) => void lines.push(l), err: (l: string) => void lines.push(`ERR ${l}`), progressStream: process.stderr };
+      const code = await run(['node', 'idem', ...args, '--database-url', db.url, '--table', store.table], io);
+      assert.equal(code, 1, `${args[0]}: ${lines.join('\n')}`);
+      assert.equal(lines.length, 1, lines.join('\n'));
+      assert.match(lines[0]!, new RegExp(`^ERR error: idem ${args[0]} is not available on MySQL: MySqlStore has no .*operator writes`));
+    }
+    // The key is as it was: same token, still held, no note.
+    const now = await store.inspect('tenant-1', 'op-key');
+    assert.equal(now?.token, String(token));
+    assert.equal(now?.state, 'started');
+    assert.equal(now?.lockedUntil?.getTime(), before?.lockedUntil?.getTime());
     await store.dropTables();
   });
 });

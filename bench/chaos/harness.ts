@@ -20,13 +20,16 @@ import { rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { migrate } from '../../examples/payments/app.js';
+import { mysqlDatabase } from '../../examples/payments/mysql.js';
+import type { Queryable } from '../../src/postgres/index.js';
 import { runCompleterOnce } from '../../examples/payments/complete.js';
 import type { CompleterReport } from '../../src/http/index.js';
 import { startFaultProxy } from './fault-proxy.js';
 import { startFront } from './front.js';
-import { dropRedisPrefix, postgresKeys, redisKeys, type KeysView } from './keys-view.js';
+import { dropRedisPrefix, mysqlKeys, postgresKeys, redisKeys, type KeysView } from './keys-view.js';
 import { PostgresPhases } from '../../src/redis/index.js';
 import { sendWithRetries, type Attempted } from './retry-client.js';
 
@@ -37,7 +40,11 @@ const SERVERS = {
 };
 
 export interface ChaosOptions {
-  /** PostgreSQL server to run on; a fresh database is created on it and dropped after. */
+  /**
+   * PostgreSQL server to run on, or MySQL / MariaDB (a mysql:// URL: the workers then run the
+   * example on `MySqlStore`, and the naive baseline on the same server); a fresh database is
+   * created on it and dropped after.
+   */
   databaseUrl: string;
   /** `idem`: the example payments API; `naive`: SELECT-then-INSERT, no lease, no fence. */
   mode: 'idem' | 'naive';
@@ -102,6 +109,8 @@ export const DEFAULTS: Omit<ChaosOptions, 'databaseUrl' | 'mode'> = {
 
 export interface ChaosResult {
   mode: 'idem' | 'naive';
+  /** The server the run's database was on (the connections the proxy cut). */
+  database: 'PostgreSQL' | 'MySQL';
   intents: number;
   /** HTTP attempts the clients made (all copies, all retries). */
   attempts: number;
@@ -175,24 +184,30 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const o = options;
   const log = o.log ?? (() => undefined);
   const started = Date.now();
-  const admin = new pg.Pool({ connectionString: o.databaseUrl, max: 1 });
+  const onMySql = /^(mysql|mariadb):/i.test(o.databaseUrl);
+  if (onMySql && o.redisUrl) throw new Error('chaos: claims in Redis take their phases in PostgreSQL, not MySQL');
   const dbName = `idem_chaos_${randomBytes(5).toString('hex')}`;
+  const admin = onMySql ? await mysqlAdmin(o.databaseUrl) : new pg.Pool({ connectionString: o.databaseUrl, max: 1 });
   await admin.query(`CREATE DATABASE ${dbName}`);
   const direct = new URL(o.databaseUrl);
   direct.pathname = '/' + dbName;
-  const pool = new pg.Pool({ connectionString: direct.toString(), max: 4 });
-  pool.on('error', () => undefined);
+  // The harness's own connections (migrations, invariants): a Queryable on either server.
+  const { pool, db, end: endPool } = onMySql ? mysqlPool(direct.toString()) : pgPool(direct.toString());
   // --store redis: claims under a fresh key prefix; the phase ledger created once up front.
   const redisPrefix = `idem-chaos-${randomBytes(4).toString('hex')}`;
-  let keysView: KeysView = postgresKeys(pool);
-  const proxy = await startFaultProxy({ host: direct.hostname || '127.0.0.1', port: Number(direct.port || 5432) });
+  let keysView: KeysView = onMySql ? mysqlKeys(pool) : postgresKeys(pool as pg.Pool);
+  const proxy = await startFaultProxy({
+    host: direct.hostname || '127.0.0.1',
+    port: Number(direct.port || (onMySql ? 3306 : 5432)),
+    protocol: onMySql ? 'mysql' : 'postgres',
+  });
   const viaProxy = new URL(direct.toString());
   viaProxy.hostname = '127.0.0.1';
   viaProxy.port = String(proxy.port);
 
   if (o.redisUrl && o.mode === 'idem') {
-    await migrate(pool);
-    await new PostgresPhases({ client: pool }).migrate();
+    await migrate(db);
+    await new PostgresPhases({ client: pool as pg.Pool }).migrate();
     keysView = await redisKeys(o.redisUrl, redisPrefix);
   }
   const entry = await bundle(o.mode);
@@ -263,9 +278,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   };
 
   try {
-    await migrate(pool);
-    await pool.query(`CREATE TABLE IF NOT EXISTS naive_keys (
-      scope text NOT NULL, key text NOT NULL, status int NOT NULL, body bytea NOT NULL, PRIMARY KEY (scope, key))`);
+    await migrate(db);
+    await pool.query(
+      onMySql
+        ? 'CREATE TABLE IF NOT EXISTS naive_keys (scope VARCHAR(255) NOT NULL, `key` VARCHAR(255) NOT NULL, status INT NOT NULL, body LONGBLOB NOT NULL, PRIMARY KEY (scope, `key`))'
+        : `CREATE TABLE IF NOT EXISTS naive_keys (
+      scope text NOT NULL, key text NOT NULL, status int NOT NULL, body bytea NOT NULL, PRIMARY KEY (scope, key))`,
+    );
     for (const slot of slots) spawnWorker(slot);
     // Each worker's readiness is its "listening" line (s.port); the ceiling is generous because
     // tsx workers starting together on a busy two-core machine can take a minute or more.
@@ -414,7 +433,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     // Invariants.
     const violations: string[] = [];
     const byCustomer = async (table: string) =>
-      new Map((await pool.query(`SELECT customer, count(*)::int AS n FROM ${table} GROUP BY customer`)).rows.map((r) => [String(r.customer), Number(r.n)]));
+      new Map((await pool.query(`SELECT customer, count(*) AS n FROM ${table} GROUP BY customer`)).rows.map((r) => [String(r.customer), Number(r.n)]));
     const psp = await byCustomer('psp_charges');
     const local = await byCustomer('charges');
     const duplicates = { psp: 0, local: 0 };
@@ -454,6 +473,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     elapsed.sort((a, b) => a - b);
     const result: ChaosResult = {
       mode: o.mode,
+      database: onMySql ? 'MySQL' : 'PostgreSQL',
       intents: intents.length,
       attempts,
       duplicateSends,
@@ -481,13 +501,41 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     }
     await front.close().catch(() => undefined);
     await proxy.close().catch(() => undefined);
-    await pool.end().catch(() => undefined);
+    await endPool().catch(() => undefined);
     if (o.redisUrl) await dropRedisPrefix(o.redisUrl, redisPrefix).catch(() => undefined);
     await keysView.close().catch(() => undefined);
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => undefined);
+    await admin.query(`DROP DATABASE IF EXISTS ${dbName}${onMySql ? '' : ' WITH (FORCE)'}`).catch(() => undefined);
     rmSync(entry, { force: true });
     await admin.end().catch(() => undefined);
   }
+}
+
+/** The harness's pool on PostgreSQL. */
+function pgPool(url: string): OwnPool {
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  pool.on('error', () => undefined);
+  return { pool, db: pool, end: () => pool.end() };
+}
+
+/** The harness's connections: `pool` for its own queries, `db` as the example takes it (migrate). */
+interface OwnPool {
+  pool: Queryable;
+  db: Parameters<typeof migrate>[0];
+  end(): Promise<void>;
+}
+
+/** The harness's pool on MySQL, as the example's Queryable (`$n` placeholders). */
+function mysqlPool(url: string): OwnPool {
+  const raw = mysql.createPool({ uri: url, connectionLimit: 4 });
+  const db = mysqlDatabase(raw);
+  return { pool: db, db, end: () => raw.end() };
+}
+
+/** One connection to the MySQL server (CREATE / DROP DATABASE), with `end()` as pg.Pool's. */
+async function mysqlAdmin(url: string): Promise<{ query(sql: string): Promise<unknown>; end(): Promise<void> }> {
+  const conn = await mysql.createConnection(url);
+  conn.on('error', () => undefined);
+  return { query: (sql) => conn.query(sql), end: () => conn.end() };
 }
 
 function percentile(sorted: number[], p: number): number {

@@ -1,9 +1,11 @@
 /**
  * The chaos harness's view of idem's keys, wherever the workers keep them: the PostgreSQL
- * table `idempotency_keys`, or (`--store redis`) the hashes under a Redis key prefix.
+ * table `idempotency_keys`, the MySQL one (`--store mysql`), or (`--store redis`) the hashes
+ * under a Redis key prefix.
  */
 import { createClient } from '@redis/client';
 import type pg from 'pg';
+import type { Queryable } from '../../src/postgres/index.js';
 
 /** A key as the invariants read it. */
 export interface KeyRow {
@@ -38,6 +40,29 @@ export function postgresKeys(pool: pg.Pool): KeysView {
     },
     async started() {
       return Number((await pool.query(`SELECT count(*)::int AS n FROM idempotency_keys WHERE state = 'started'`)).rows[0]!.n);
+    },
+    close: async () => undefined,
+  };
+}
+
+/** The MySQL store's table (`MySqlStore`): keys are VARBINARY, times against the server's UTC clock. */
+export function mysqlKeys(db: Queryable): KeysView {
+  return {
+    async overdueStarted(overdueMs) {
+      const r = await db.query(
+        `SELECT count(*) AS n FROM idempotency_keys WHERE state = 'started' AND locked_until < UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND`,
+        [Math.round(overdueMs * 1000)],
+      );
+      return Number(r.rows[0]!.n);
+    },
+    async all() {
+      const { rows } = await db.query('SELECT `key`, state, response_body FROM idempotency_keys');
+      return new Map(
+        rows.map((r) => [Buffer.from(r.key as Uint8Array).toString('utf8'), { state: String(r.state), response_body: r.response_body as Uint8Array | null }]),
+      );
+    },
+    async started() {
+      return Number((await db.query(`SELECT count(*) AS n FROM idempotency_keys WHERE state = 'started'`)).rows[0]!.n);
     },
     close: async () => undefined,
   };

@@ -12,18 +12,30 @@
  *
  * Its table `naive_keys (scope, key, status, body)` is created by the harness.
  *
- * Environment: DATABASE_URL (required), PORT (0), PG_POOL_MAX (5), PSP_LATENCY_MS (50),
+ * Environment: DATABASE_URL (required; PostgreSQL, or MySQL / MariaDB with a mysql:// URL), PORT (0), PG_POOL_MAX (5), PSP_LATENCY_MS (50),
  * PSP_FAILURE_RATE (0), PAYMENTS_CRASH_RATE (0).
  */
 import { createHash, randomUUID } from 'node:crypto';
 import http from 'node:http';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
+import { mysqlDatabase } from '../../examples/payments/mysql.js';
 import { FakePsp } from '../../examples/payments/psp.js';
+import type { Queryable } from '../../src/postgres/index.js';
 import { parseChargeRequest } from '../../examples/payments/validate.js';
 
 const env = process.env;
-const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: Number(env.PG_POOL_MAX ?? 5) });
-pool.on('error', () => undefined);
+const onMySql = /^(mysql|mariadb):/i.test(env.DATABASE_URL ?? '');
+const pool: Queryable = onMySql
+  ? mysqlDatabase(mysql.createPool({ uri: env.DATABASE_URL!.replace(/^mariadb:/i, 'mysql:'), connectionLimit: Number(env.PG_POOL_MAX ?? 5) }))
+  : new pg.Pool({ connectionString: env.DATABASE_URL, max: Number(env.PG_POOL_MAX ?? 5) }).on('error', () => undefined);
+/** The two statements on its own table (the rest is the same SQL on both servers, `$n` turned into `?` on MySQL). */
+const SEEN = onMySql
+  ? 'SELECT status, body FROM naive_keys WHERE scope = $1 AND `key` = $2'
+  : 'SELECT status, body FROM naive_keys WHERE scope = $1 AND key = $2';
+const REMEMBER = onMySql
+  ? 'INSERT IGNORE INTO naive_keys (scope, `key`, status, body) VALUES ($1, $2, 201, $3)'
+  : 'INSERT INTO naive_keys (scope, key, status, body) VALUES ($1, $2, 201, $3) ON CONFLICT DO NOTHING';
 const psp = new FakePsp(pool, { latencyMs: Number(env.PSP_LATENCY_MS ?? 50), failureRate: Number(env.PSP_FAILURE_RATE ?? 0) });
 const crashRate = Number(env.PAYMENTS_CRASH_RATE ?? 0);
 const crash = (point: string) => {
@@ -35,8 +47,8 @@ const crash = (point: string) => {
 
 async function charge(tenant: string, key: string, contentType: string | undefined, bytes: Uint8Array): Promise<{ status: number; body: Buffer }> {
   // 1. Check: has this key been seen? (no lock, no claim)
-  const seen = await pool.query('SELECT status, body FROM naive_keys WHERE scope = $1 AND key = $2', [tenant, key]);
-  if (seen.rows[0]) return { status: seen.rows[0].status, body: seen.rows[0].body };
+  const seen = await pool.query(SEEN, [tenant, key]);
+  if (seen.rows[0]) return { status: Number(seen.rows[0].status), body: seen.rows[0].body as Buffer };
   const parsed = parseChargeRequest(contentType, bytes);
   if (!parsed.ok) return { status: 400, body: Buffer.from(JSON.stringify({ detail: parsed.detail })) };
   const req = parsed.value;
@@ -58,7 +70,7 @@ async function charge(tenant: string, key: string, contentType: string | undefin
     JSON.stringify({ id, object: 'charge', amount: req.amount, currency: req.currency, customer: req.customer, status: 'succeeded', psp_charge_id: paid.id }),
   );
   // 3. Remember the key (a duplicate that raced us just loses its INSERT, after doing the work).
-  await pool.query('INSERT INTO naive_keys (scope, key, status, body) VALUES ($1, $2, 201, $3) ON CONFLICT DO NOTHING', [tenant, key, body]);
+  await pool.query(REMEMBER, [tenant, key, body]);
   crash('in_finish');
   return { status: 201, body };
 }

@@ -16,7 +16,7 @@ export function figuresTable(idem: ChaosResult, naive: ChaosResult | undefined):
           .map(([p, n]) => `${p} ${n}`)
           .join(', ') || '-',
     ],
-    ['PostgreSQL connections cut', (r) => `${r.connectionsCut.total} (${r.connectionsCut.midTransaction} mid-transaction)`],
+    [`${idem.database} connections cut`, (r) => `${r.connectionsCut.total} (${r.connectionsCut.midTransaction} mid-transaction)`],
     ['workers frozen past their lease (SIGSTOP)', (r) => String(r.pauses)],
     ['takeovers', (r) => (r.mode === 'naive' ? 'n/a' : String(r.takeovers))],
     ['stale writes fenced', (r) => (r.mode === 'naive' ? 'n/a (no fence)' : `${r.staleWritesFenced} (clients saw ${r.leaseLost409} lease-lost 409s)`)],

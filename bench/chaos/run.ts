@@ -5,7 +5,7 @@
  * failed or the naive baseline showed no duplicates.
  *
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npm run chaos -- [--intents 1200] [--workers 3]
- *     [--concurrency 16] [--naive-intents 300] [--no-naive] [--no-write] [--store postgres|redis]
+ *     [--concurrency 16] [--naive-intents 300] [--no-naive] [--no-write] [--store postgres|redis|mysql]
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -27,7 +27,9 @@ Options:
   --concurrency <n>    client intents in flight (default ${DEFAULTS.concurrency})
   --no-naive           skip the naive baseline
   --no-write           do not update docs/reliability.md
-  --store <name>       postgres (default) or redis: claims and replays in Redis (REDIS_URL)
+  --store <name>       postgres (default); redis: claims and replays in Redis (REDIS_URL);
+                       mysql: the whole run on MySQL / MariaDB (MYSQL_URL, default
+                       mysql://root@127.0.0.1:3306/test), the naive baseline too
   -h, --help           print this help
 `;
 // `npm run chaos -- --consumer rabbitmq|nats`: the queue consumer's run instead (bench/chaos/consumer.ts),
@@ -65,7 +67,13 @@ if (values.help) {
   console.log(USAGE);
   process.exit(0);
 }
-const databaseUrl = process.env.DATABASE_URL;
+// --store mysql: the workers, the naive baseline and the invariants on MySQL (MYSQL_URL).
+const store = values.store ?? 'postgres';
+if (store !== 'postgres' && store !== 'redis' && store !== 'mysql') {
+  console.error(`npm run chaos: --store must be postgres, redis or mysql (got ${store})`);
+  process.exit(2);
+}
+const databaseUrl = store === 'mysql' ? (process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test') : process.env.DATABASE_URL;
 if (!databaseUrl) {
   console.error(
     'npm run chaos: set DATABASE_URL to a PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test); a fresh database is created on it and dropped after.',
@@ -76,11 +84,6 @@ if (!databaseUrl) {
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));
 // --store redis: claims and replays in Redis (REDIS_URL, default redis://127.0.0.1:6379), phases
 // in PostgreSQL (RedisStore + PostgresPhases, as the example with REDIS_URL).
-const store = values.store ?? 'postgres';
-if (store !== 'postgres' && store !== 'redis') {
-  console.error(`npm run chaos: --store must be postgres or redis (got ${store})`);
-  process.exit(2);
-}
 const redisUrl = store === 'redis' ? (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') : undefined;
 const settings = {
   ...DEFAULTS,
@@ -109,7 +112,8 @@ if (naive)
       : 'naive: NO duplicates found; the harness did not catch the naive design.',
   );
 
-// The figures block holds the PostgreSQL run; a Redis run is printed only (docs/reliability.md, "Redis").
+// The figures block holds the PostgreSQL run; a Redis or MySQL run is printed only
+// (docs/reliability.md, "Redis"; docs/guides/mysql.md, "Chaos").
 if (!values['no-write'] && store === 'postgres') {
   const file = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'reliability.md');
   const doc = readFileSync(file, 'utf8');

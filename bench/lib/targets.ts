@@ -45,6 +45,11 @@ export const TARGETS: Target[] = [
   },
   // Filled by bench/postgresjs.ts (the postgres.js driver, issue 14) when it is in the suite.
   { id: 'postgresjs', section: 'postgresjs', name: 'postgres.js driver: idem / raw (bench/postgresjs.ts)', atLeast: 0.9 },
+  // Filled by bench/mysql.ts (issue 29): MySqlStore vs its own statements raw on mysql2.
+  ...[1, 16, 64].flatMap((c) => [
+    { id: `mysql-new-${c}`, section: 'mysql', name: `MySQL: new request, idem / raw (mysql2), c=${c}`, atLeast: 0.9 },
+    { id: `mysql-replay-${c}`, section: 'mysql', name: `MySQL: replay, idem / raw (mysql2), c=${c}`, atLeast: 0.9 },
+  ]),
 ];
 
 /** The summary table: every target, its measured ratio, the target, and met / missed by how much (and why). */

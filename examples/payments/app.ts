@@ -14,16 +14,22 @@ import { bodyLimit } from 'hono/body-limit';
 import { Completer, HttpIdempotency, type IdempotencyEvent, type IdempotencyContext, type IdempotencyOptions, problemResponse } from 'idem';
 import { idempotency, type IdempotencyVariables } from 'idem/hono';
 import type { IdempotencyTelemetry } from 'idem/otel';
+import { MySqlStore } from 'idem/mysql';
 import { PostgresStore, type Queryable, type SqlClient } from 'idem/postgres';
 import type { IdempotencyStore } from 'idem';
+import { isMySql, migrateMySqlExample, type MySqlDatabase } from './mysql.js';
 import type { FakePsp } from './psp.js';
 import { migrateExample } from './schema.js';
+import { STATEMENTS } from './statements.js';
 import { parseChargeRequest } from './validate.js';
 import { paymentsOpenApi } from './openapi.js';
 
 export interface PaymentsAppOptions {
-  /** The database (pg.Pool or PGlite); holds idem's table, the charges and the fake PSP. */
-  db: SqlClient & Queryable;
+  /**
+   * The database (pg.Pool or PGlite, or MySQL: `mysqlDatabase(pool)` of mysql.ts); holds idem's
+   * table, the charges and the fake PSP.
+   */
+  db: (SqlClient & Queryable) | MySqlDatabase;
   psp: FakePsp;
   /** idem lease in ms. @default 60_000 */
   leaseMs?: number;
@@ -50,7 +56,7 @@ export interface PaymentsAppOptions {
   /**
    * Where idem keeps its keys; phases must still hand out a transaction on `db` (a
    * `PostgresStore` on `db`, or `RedisStore` with `PostgresPhases` on `db`: see redis.ts).
-   * @default new PostgresStore({ client: db })
+   * @default new PostgresStore({ client: db }), or on MySQL new MySqlStore({ client: db.driver })
    */
   store?: IdempotencyStore<Queryable>;
   /**
@@ -80,9 +86,6 @@ type Env = { Variables: IdempotencyVariables<Queryable> & { tenant: string } };
 /** Largest accepted charge request body, in bytes (a charge is a few hundred). */
 const MAX_BODY_BYTES = 64 * 1024;
 
-/** `created` as Stripe shows it: whole seconds since the epoch, from the database clock. */
-const CREATED = `floor(extract(epoch FROM created_at))::float8 AS created`;
-
 /** Where every problem points (`Link: </docs/errors>; rel="describedby"`, draft §2.7): served below. */
 const DOCS_URL = '/docs/errors';
 /** Stripe-compatible error members next to the RFC 9457 fields (stripe-node needs `error`), and the docs link. */
@@ -109,15 +112,18 @@ const PROBLEM_DOCS = {
 export function createPaymentsApp(options: PaymentsAppOptions) {
   const { db, psp } = options;
   const waitMs = options.waitMs ?? 0;
+  const sql = STATEMENTS[isMySql(db) ? 'mysql' : 'postgres'];
   // Each of idem's statements gets a deadline: a silent database answers 503 fast (protocol.md H17).
-  const store =
+  const store: IdempotencyStore<Queryable> =
     options.store ??
-    new PostgresStore({
-      client: db,
-      storeTimeoutMs: options.storeTimeoutMs ?? 5000,
-      notify: waitMs > 0,
-      ...(options.distributed ? { distributed: options.distributed } : {}),
-    });
+    (isMySql(db)
+      ? new MySqlStore({ client: db.driver, storeTimeoutMs: options.storeTimeoutMs ?? 5000 })
+      : new PostgresStore({
+          client: db,
+          storeTimeoutMs: options.storeTimeoutMs ?? 5000,
+          notify: waitMs > 0,
+          ...(options.distributed ? { distributed: options.distributed } : {}),
+        }));
   const crashRate = options.crashRate ?? 0;
   const crash = (point: string) => {
     if (options.crashAt === point || (crashRate > 0 && Math.random() < crashRate)) {
@@ -160,13 +166,11 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
 
     const charge = await idem.phase('charge_created', async (tx) => {
       const id = 'ch_' + randomUUID().replaceAll('-', '');
-      const { rows } = await tx.query(
-        `INSERT INTO charges (id, tenant, idempotency_key, amount, currency, customer, metadata)
-         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) RETURNING created_at`,
-        [id, tenant, idem.key, req.amount, req.currency, req.customer, JSON.stringify(req.metadata)],
-      );
-      // Seconds computed here, not in RETURNING: Citus allows only IMMUTABLE functions there,
-      // and extract() of a timestamptz is STABLE.
+      const { rows } = await tx.query(sql.insertCharge, [id, tenant, idem.key, req.amount, req.currency, req.customer, JSON.stringify(req.metadata)]);
+      // `created` as Stripe shows it: whole seconds since the epoch, from the database clock.
+      // MySQL has no RETURNING: read back. On PostgreSQL the seconds are computed here, not in
+      // RETURNING: Citus allows only IMMUTABLE functions there, and extract() of a timestamptz is STABLE.
+      if (sql.chargeCreated) return { id, created: Number((await tx.query(sql.chargeCreated, [id, tenant])).rows[0]!.created) };
       return { id, created: Math.floor(new Date(rows[0]!.created_at as string | Date).getTime() / 1000) };
     });
     crash('after_charge_created');
@@ -252,14 +256,11 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
   );
 
   app.get('/v1/charges/:id', async (c) => {
-    const { rows } = await db.query(
-      `SELECT id, amount::float8 AS amount, currency, customer, status, psp_charge_id, metadata, ${CREATED}
-       FROM charges WHERE id = $1 AND tenant = $2`,
-      [c.req.param('id'), c.get('tenant')],
-    );
+    const { rows } = await db.query(sql.findCharge, [c.req.param('id'), c.get('tenant')]);
     if (!rows[0]) return problem(404, 'not-found', 'No such charge', `No charge ${c.req.param('id')} for this API key.`, 'id');
-    const { id, ...rest } = rows[0];
-    return c.json({ id, object: 'charge', ...rest });
+    const { id, metadata, created, ...rest } = rows[0];
+    // MySQL keeps the metadata as JSON text (PostgreSQL's jsonb arrives parsed).
+    return c.json({ id, object: 'charge', ...rest, metadata: typeof metadata === 'string' ? JSON.parse(metadata) : metadata, created: Number(created) });
   });
 
   // The provider's own ledger, open to anyone, so tests and humans can count charges.
@@ -280,7 +281,12 @@ export function createPaymentsApp(options: PaymentsAppOptions) {
  * tenant and co-located (`store.distribute()`, then `charges` with `colocate_with`). Safe to
  * run on every start.
  */
-export async function migrate(db: Queryable & SqlClient, options: { distributed?: 'citus' } = {}): Promise<void> {
+export async function migrate(db: (Queryable & SqlClient) | MySqlDatabase, options: { distributed?: 'citus' } = {}): Promise<void> {
+  if (isMySql(db)) {
+    if (options.distributed) throw new Error('distributed: citus needs PostgreSQL');
+    await new MySqlStore({ client: db.pool }).migrate();
+    return migrateMySqlExample(db.pool);
+  }
   const store = new PostgresStore({ client: db, ...options });
   await store.migrate();
   if (options.distributed) await store.distribute();

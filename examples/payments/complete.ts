@@ -15,6 +15,8 @@ import type { Queryable, SqlClient } from 'idem/postgres';
 import type { IdempotencyStore } from 'idem';
 import { createPaymentsApp, migrate } from './app.js';
 import { openDatabase } from './db.js';
+import { isMySql, type MySqlDatabase, mysqlDatabase } from './mysql.js';
+import type { Pool as MySqlPool } from 'mysql2/promise';
 import { FakePsp } from './psp.js';
 import { openRedisClaims } from './redis.js';
 
@@ -43,19 +45,22 @@ export async function runCompleterOnce(env: NodeJS.ProcessEnv = process.env): Pr
  * The example's completer on an open connection, for `idem complete --app
  * examples/payments/complete.ts` (the CLI opens the database and calls this).
  *
- * @param context the CLI's connection (the example always uses its default table)
+ * @param context the CLI's connection (the example always uses its default table): a pg.Pool or
+ *   PGlite, or with `--database-url mysql://…` the CLI's mysql2 pool
  * @param env the example's settings (PSP_*, IDEM_LEASE_MS, IDEM_RETENTION_MS)
  * @param store the store the server uses when it is not PostgreSQL (REDIS_URL: see redis.ts)
  */
 export async function createCompleter(
-  context: { client: SqlClient },
+  context: { client: SqlClient | MySqlDatabase | MySqlPool },
   env: NodeJS.ProcessEnv = process.env,
   store?: IdempotencyStore<Queryable>,
 ): Promise<Completer<Queryable>> {
-  await migrate(context.client);
-  const psp = new FakePsp(context.client, { latencyMs: Number(env.PSP_LATENCY_MS ?? 50), failureRate: Number(env.PSP_FAILURE_RATE ?? 0) });
+  // The CLI hands over a bare mysql2 pool on a mysql:// URL (it has getConnection, a pg.Pool has connect).
+  const client = isMySql(context.client) || !('getConnection' in context.client) ? context.client : mysqlDatabase(context.client);
+  await migrate(client);
+  const psp = new FakePsp(client, { latencyMs: Number(env.PSP_LATENCY_MS ?? 50), failureRate: Number(env.PSP_FAILURE_RATE ?? 0) });
   const { completer } = createPaymentsApp({
-    db: context.client,
+    db: client,
     psp,
     leaseMs: env.IDEM_LEASE_MS ? Number(env.IDEM_LEASE_MS) : undefined,
     retentionMs: env.IDEM_RETENTION_MS ? Number(env.IDEM_RETENTION_MS) : undefined,

@@ -6,6 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from 'idem/postgres';
+import { isMySql } from './mysql.js';
+import { type PaymentsStatements, STATEMENTS } from './statements.js';
 
 export interface PspCharge {
   id: string;
@@ -41,6 +43,7 @@ export class PspUnavailableError extends Error {
 export class FakePsp {
   readonly latencyMs: number;
   readonly failureRate: number;
+  private readonly sql: PaymentsStatements;
 
   constructor(
     private readonly db: Queryable,
@@ -50,6 +53,7 @@ export class FakePsp {
     this.failureRate = options.failureRate ?? 0;
     if (!(this.latencyMs >= 0)) throw new RangeError('PSP latencyMs must be >= 0');
     if (!(this.failureRate >= 0 && this.failureRate <= 1)) throw new RangeError('PSP failureRate must be within 0-1');
+    this.sql = STATEMENTS[isMySql(db) ? 'mysql' : 'postgres'];
   }
 
   /**
@@ -62,12 +66,8 @@ export class FakePsp {
     const fail = Math.random() < this.failureRate;
     const failBefore = fail && Math.random() < 0.5;
     if (failBefore) throw new PspUnavailableError(false);
-    await this.db.query(
-      `INSERT INTO psp_charges (id, idempotency_key, amount, currency, customer)
-       VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idempotency_key) DO NOTHING`,
-      ['py_' + randomUUID().replaceAll('-', ''), input.idempotencyKey, input.amount, input.currency, input.customer],
-    );
-    const { rows } = await this.db.query(`SELECT ${COLUMNS} FROM psp_charges WHERE idempotency_key = $1`, [input.idempotencyKey]);
+    await this.db.query(this.sql.pspInsert, ['py_' + randomUUID().replaceAll('-', ''), input.idempotencyKey, input.amount, input.currency, input.customer]);
+    const { rows } = await this.db.query(this.sql.pspByKey, [input.idempotencyKey]);
     await sleep(this.latencyMs / 2);
     if (fail) throw new PspUnavailableError(true);
     return rows[0] as unknown as PspCharge;
@@ -75,13 +75,10 @@ export class FakePsp {
 
   /** Every charge the PSP ever made, oldest first. */
   async list(): Promise<PspCharge[]> {
-    const { rows } = await this.db.query(`SELECT ${COLUMNS} FROM psp_charges ORDER BY created_at, id`);
+    const { rows } = await this.db.query(this.sql.pspList);
     return rows as unknown as PspCharge[];
   }
 }
-
-const COLUMNS = `id, idempotency_key, amount::float8 AS amount, currency, customer,
-  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at`;
 
 function sleep(ms: number): Promise<void> {
   return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();

@@ -6,6 +6,7 @@
  */
 import type { Queryable, SqlClient } from 'idem/postgres';
 import type { RedisStore } from 'idem/redis';
+import { isMySql, type MySqlDatabase } from './mysql.js';
 
 /** The Redis-backed store and how to close its connection. */
 export interface RedisClaims {
@@ -17,10 +18,12 @@ export interface RedisClaims {
 
 /**
  * Connects to REDIS_URL and builds the store, or returns `undefined` when REDIS_URL is unset.
- * @throws when Redis is unreachable
+ * @throws when Redis is unreachable, or the database is MySQL
  */
-export async function openRedisClaims(db: SqlClient, env: NodeJS.ProcessEnv = process.env): Promise<RedisClaims | undefined> {
+export async function openRedisClaims(db: SqlClient | MySqlDatabase, env: NodeJS.ProcessEnv = process.env): Promise<RedisClaims | undefined> {
   if (!env.REDIS_URL) return undefined;
+  // PostgresPhases commits the phases in PostgreSQL; there is no MySQL counterpart.
+  if (isMySql(db)) throw new Error('REDIS_URL needs a PostgreSQL (or PGlite) database for the phases, not MySQL');
   // Loaded only when asked for: a server without REDIS_URL never loads the Redis driver.
   const { createClient } = await import('@redis/client');
   const { PostgresPhases, RedisStore } = await import('idem/redis');

@@ -1,6 +1,7 @@
 /**
  * `npm start`: the example payments API on embedded PGlite (IDEM_DATA_DIR, default
- * ./.idem-data) or on PostgreSQL when DATABASE_URL is set. PORT defaults to 3000.
+ * ./.idem-data), on PostgreSQL when DATABASE_URL is set, or on MySQL / MariaDB when
+ * DATABASE_URL is a mysql:// URL (mysql.ts). PORT defaults to 3000.
  *
  * Environment: PSP_LATENCY_MS (50), PSP_FAILURE_RATE (0), IDEM_LEASE_MS (60000),
  * IDEM_RETENTION_MS (86400000), HOST (127.0.0.1), PG_POOL_MAX (20),

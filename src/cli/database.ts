@@ -22,6 +22,11 @@ export interface CliDatabase {
   close(): Promise<void>;
 }
 
+/** Whether `url` names a MySQL or MariaDB server (`mysql://`, `mariadb://`), read before connecting. */
+export function isMySqlUrl(url: string | undefined): boolean {
+  return url !== undefined && /^(mysql|mariadb):/i.test(url.trim());
+}
+
 /** A one-line error for the user; the CLI prints its message and exits non-zero. */
 export class CliError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {

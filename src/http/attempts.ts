@@ -10,8 +10,8 @@ import { IdempotencyError } from '../core/errors.js';
 
 /** SQLSTATE classes and codes that say "try again": connection (08), resources (53), operator intervention (57), serialization (40001) and deadlock (40P01). */
 const TRANSIENT_SQLSTATE = /^(08|53|57)|^40001$|^40P01$/;
-/** Node's network error codes. */
-const TRANSIENT_NODE = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+/** Node's network error codes, and mysql2's for a lock wait that timed out (MySQL's SQLSTATE there is the generic HY000). */
+const TRANSIENT_NODE = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ER_LOCK_WAIT_TIMEOUT']);
 
 /**
  * True when `error` (or an error in its `cause` chain) is a failure of the infrastructure rather
@@ -24,6 +24,11 @@ export function isTransientFailure(error: unknown): boolean {
     if (e.name === 'StoreTimeoutError' || e.name === 'TimeoutError' || e.name === 'AbortError') return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && (TRANSIENT_NODE.has(code) || (code.length === 5 && TRANSIENT_SQLSTATE.test(code)))) return true;
+    // mysql2 (MySQL, MariaDB): the SQLSTATE is `sqlState` (its `code` is a name, ER_LOCK_DEADLOCK),
+    // and an error that ended the connection (lost, cut, closed) is marked `fatal`.
+    const sqlState = (e as { sqlState?: unknown }).sqlState;
+    if (typeof sqlState === 'string' && TRANSIENT_SQLSTATE.test(sqlState)) return true;
+    if ((e as { fatal?: unknown }).fatal === true) return true;
     // node-postgres reports a connection that died mid-query without a code.
     if (/Connection terminated|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(e.message)) return true;
   }
