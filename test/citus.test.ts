@@ -8,7 +8,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { InvalidOptionError } from '../src/core/errors.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import type { Queryable, SqlClient } from '../src/postgres/client.js';
@@ -20,7 +20,7 @@ import { claimInput, claimedToken, finishWith, LONG_LEASE_MS, phase } from './he
 citusNotice();
 
 describe('Citus mode options', () => {
-  const db = new PGlite();
+  const db = pglite();
   after(() => db.close());
   it('rejects partitioned and groupCommit with distributed, and an unknown distributed value; notify sends from the coordinator', () => {
     const client = db as SqlClient;

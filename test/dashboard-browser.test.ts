@@ -13,7 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import type { Page } from 'playwright-core';
 import { startDashboard } from '../src/cli/dashboard.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
@@ -34,7 +35,7 @@ describe('idem dashboard in chromium', () => {
     (await db.query(`SELECT locked_until, lock_version::text AS token FROM ${table} WHERE key = $1`, [key])).rows[0] as { locked_until: Date; token: string };
 
   before(async () => {
-    db = new PGlite();
+    db = pglite();
     store = new PostgresStore({ client: db, table });
     await store.migrate();
     const engine = new IdempotencyEngine({ store, leaseMs: 60_000 });

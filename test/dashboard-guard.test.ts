@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { after, before, describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { type Dashboard, startDashboard } from '../src/cli/dashboard.js';
 import { DASHBOARD_PAGE } from '../src/cli/dashboard-page.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
@@ -62,7 +63,7 @@ describe('idem dashboard guards', () => {
   let stuckToken = '';
 
   before(async () => {
-    db = new PGlite();
+    db = pglite();
     store = new PostgresStore({ client: db, table });
     await store.migrate();
     const engine = new IdempotencyEngine({ store, leaseMs: 60_000 });

@@ -13,7 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { startDashboard } from '../src/cli/dashboard.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { type DashboardData, PostgresStore } from '../src/postgres/index.js';
@@ -29,7 +30,7 @@ describe('idem dashboard', () => {
   let store: PostgresStore;
 
   before(async () => {
-    db = new PGlite();
+    db = pglite();
     store = new PostgresStore({ client: db, table: 'dash_keys' });
     await store.migrate();
     const engine = new IdempotencyEngine({ store, leaseMs: 60_000 });

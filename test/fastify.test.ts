@@ -7,7 +7,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import type { FastifyInstance } from 'fastify';
 import { UnsupportedResponseError } from '../src/core/errors.js';
 import { idempotency, type FastifyIdempotencyOptions } from '../src/fastify/index.js';
@@ -20,7 +21,7 @@ import { assertProblem, countRows, keyRows, requestInit, type Send } from './hel
 let db: PGlite;
 const closers: Array<() => Promise<unknown>> = [];
 before(async () => {
-  db = new PGlite();
+  db = pglite();
   await db.waitReady;
 });
 after(async () => {

@@ -5,14 +5,14 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { KeyInProgressError, KeyMismatchError } from '../src/function/index.js';
 import { CRON_SCHEMA, dailyClose, sentReports } from '../examples/function/cron.js';
 import { BUS_SCHEMA, commandBus } from '../examples/function/command-bus.js';
 
 async function database(schema: string) {
-  const db = new PGlite();
+  const db = pglite();
   await db.exec(schema);
   const store = new PostgresStore({ client: db });
   await store.migrate();

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { PostgresStore } from 'idem/postgres';
 import { crashAndTakeOver } from '../examples/memory/charges.js';
 import { invoiceJob, worker } from '../examples/fetch/worker.js';
@@ -70,7 +70,7 @@ describe('guide examples on PGlite and memory', { concurrency: true }, () => {
   });
 
   test('a fetch worker and a job on the engine alone (examples/fetch/worker.ts)', async () => {
-    const db = new PGlite();
+    const db = pglite();
     const store = new PostgresStore({ client: db });
     await store.migrate();
     const { fetch } = worker(store);

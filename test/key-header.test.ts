@@ -6,7 +6,8 @@
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { freshStore } from './helpers/engines.js';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../src/http/idempotency.js';
 import type { Queryable } from '../src/postgres/client.js';
 
@@ -33,7 +34,7 @@ describe('key header option', () => {
   };
 
   before(async () => {
-    db = new PGlite();
+    db = pglite();
     await db.waitReady;
   });
   after(async () => {

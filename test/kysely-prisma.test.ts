@@ -7,7 +7,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { CamelCasePlugin, Kysely, PGliteDialect, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -28,7 +28,7 @@ const backends: Backend[] = [
   {
     name: 'Kysely on PGlite',
     async open() {
-      const db = new Kysely<Record<string, never>>({ dialect: new PGliteDialect({ pglite: new PGlite() }) });
+      const db = new Kysely<Record<string, never>>({ dialect: new PGliteDialect({ pglite: pglite() }) });
       return { driver: kysely(db) as SqlDriver<unknown>, close: () => db.destroy() };
     },
   },
@@ -125,8 +125,7 @@ for (const backend of backends) {
 
 describe('idem/kysely', () => {
   it('runs idem’s statements past the instance’s plugins, while a phase’s tx keeps them (CamelCasePlugin)', async () => {
-    const pglite = new PGlite();
-    const db = new Kysely<{ notes: { noteText: string } }>({ dialect: new PGliteDialect({ pglite }), plugins: [new CamelCasePlugin()] });
+    const db = new Kysely<{ notes: { noteText: string } }>({ dialect: new PGliteDialect({ pglite: pglite() }), plugins: [new CamelCasePlugin()] });
     try {
       const store = new PostgresStore({ client: kysely(db) });
       await store.migrate();
@@ -152,7 +151,7 @@ describe('idem/kysely', () => {
   });
 
   it('refuses a Transaction and anything not a Kysely instance with a TypeError', async () => {
-    const db = new Kysely<Record<string, never>>({ dialect: new PGliteDialect({ pglite: new PGlite() }) });
+    const db = new Kysely<Record<string, never>>({ dialect: new PGliteDialect({ pglite: pglite() }) });
     try {
       await db.transaction().execute(async (trx) => {
         assert.throws(() => kysely(trx as never), /not a Transaction/);

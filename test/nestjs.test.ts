@@ -8,7 +8,8 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { Body, Controller, Get, HttpCode, Inject, Module, Post, type DynamicModule } from '@nestjs/common';
 import {
   IDEMPOTENCY,
@@ -30,7 +31,7 @@ import { assertProblem, countRows, keyRows, requestInit, type Send } from './hel
 let db: PGlite;
 const closers: Array<() => Promise<unknown>> = [];
 before(async () => {
-  db = new PGlite();
+  db = pglite();
   await db.waitReady;
 });
 after(async () => {

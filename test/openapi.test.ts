@@ -9,7 +9,8 @@ import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { serve } from '@hono/node-server';
 import { validate } from '@readme/openapi-parser';
 import createClient from 'openapi-fetch';
@@ -102,7 +103,7 @@ describe('the example payments API: its document served, and a generated client'
   let base = '';
 
   before(async () => {
-    db = new PGlite();
+    db = pglite();
     await migrate(db);
     const { app } = createPaymentsApp({ db, psp: new FakePsp(db, { latencyMs: 0 }), retentionMs: 3_600_000 });
     const info = await new Promise<AddressInfo>((resolve) => {

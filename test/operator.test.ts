@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import * as api from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
@@ -31,7 +32,7 @@ describe('operators on the HTTP core (PGlite)', () => {
   let http: HttpIdempotency<Queryable>;
 
   before(async () => {
-    db = new PGlite();
+    db = pglite();
     store = new PostgresStore({ client: db, table: 'op_keys' });
     await store.migrate();
     http = new HttpIdempotency<Queryable>({ store, scope: () => SCOPE, leaseMs: 60_000 });

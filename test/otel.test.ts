@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, beforeEach, describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import * as api from '@opentelemetry/api';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
@@ -37,7 +38,7 @@ describe('idem/otel (docs/observability.md)', () => {
   const telemetry = telemetryFrom(api, { tracerProvider, meterProvider });
 
   before(async () => {
-    db = new PGlite();
+    db = pglite();
     store = new PostgresStore({ client: db, table: 'otel_keys', notify: true });
     await store.migrate();
   });

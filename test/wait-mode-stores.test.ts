@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import pg from 'pg';
 import { InvalidOptionError, StoreUnavailableError } from '../src/core/errors.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
@@ -163,7 +163,7 @@ function storeSuite(name: string, open: () => Promise<Opened>, skip: string | fa
 storeSuite('MemoryStore', async () => ({ store: new MemoryStore(), close: async () => undefined }));
 
 storeSuite('PGlite (notify: true, its listen)', async () => {
-  const db = new PGlite();
+  const db = pglite();
   await db.waitReady;
   const store = new PostgresStore({ client: db, table: tableName('idem_wait'), notify: true });
   await store.migrate();
@@ -173,7 +173,7 @@ storeSuite('PGlite (notify: true, its listen)', async () => {
 // The mode Citus uses (the notification as its own statement on the coordinator after the
 // change), checked here on PGlite and on PostgreSQL: no Citus server runs in these tiers.
 storeSuite("PGlite (notify: 'after-commit', the Citus path)", async () => {
-  const db = new PGlite();
+  const db = pglite();
   await db.waitReady;
   const store = new PostgresStore({ client: db, table: tableName('idem_wait'), notify: 'after-commit' });
   await store.migrate();

@@ -19,7 +19,7 @@ import { adyen, github, shopify, slack, standardWebhooks, stripe, webhookReceive
 import type { StoreHarness } from './helpers/stores.js';
 import { workStores, useWorkStore } from './helpers/work-stores.js';
 import { deferred } from './helpers/http.js';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './helpers/pglite.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { MemoryStore } from '../src/memory/index.js';
 import { WEBHOOK_SCHEMA, webhookApp } from '../examples/webhooks/server.js';
@@ -320,7 +320,7 @@ for (const factory of workStores) {
 
 describe('examples/webhooks/server.ts on PGlite', () => {
   it('each provider’s delivery and its redelivery write one row; a tampered one none', async () => {
-    const db = new PGlite();
+    const db = pglite();
     try {
       await db.exec(WEBHOOK_SCHEMA);
       await db.query("INSERT INTO orders (payment_intent) VALUES ('pi_3NG8Dt2eZvKYlo2C0z1vQUXd')");

@@ -7,7 +7,7 @@
  * recovery point" are checked on what Drizzle wrote. The other backdoors are SQL on the
  * driver's own client, as for the plain PostgreSQL entries.
  */
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './pglite.js';
 import { type SQL, sql } from 'drizzle-orm';
 import { drizzle as onNodePostgres } from 'drizzle-orm/node-postgres';
 import { type PgDatabase, type PgQueryResultHKT, pgTable, serial, text } from 'drizzle-orm/pg-core';
@@ -59,7 +59,7 @@ const openPostgresJs = async () => {
 
 /** Drizzle on PGlite. */
 const openPglite = async () => {
-  const client = new PGlite();
+  const client = pglite();
   await client.waitReady;
   return onDrizzle(onPglite(client), { sql: client, raw: client }, () => client.close());
 };

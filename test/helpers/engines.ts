@@ -4,7 +4,7 @@
  * test files can run in parallel against one PostgreSQL.
  */
 import { after, before } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './pglite.js';
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
 import { PostgresStore } from '../../src/postgres/index.js';
@@ -20,7 +20,7 @@ export const engines: TestEngine[] = [
   {
     name: 'pglite',
     async open() {
-      const db = new PGlite();
+      const db = pglite();
       await db.waitReady;
       return { client: db, close: () => db.close() };
     },

@@ -11,7 +11,7 @@
  * and `$executeRawUnsafe`. (A Prisma model `create` needs a table fixed in the schema, unlike
  * the contract's table per test: test/kysely-prisma.test.ts fences one.)
  */
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './pglite.js';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { CompiledQuery, type Generated, Kysely, PGliteDialect, PostgresDialect, type Transaction } from 'kysely';
 import pg from 'pg';
@@ -43,9 +43,9 @@ function kyselyClient(dialect: PGliteDialect | PostgresDialect, raw: SqlClient, 
 }
 
 const openKyselyPglite = async (): Promise<PostgresClient<Transaction<EffectsDB>>> => {
-  const pglite = new PGlite();
-  await pglite.waitReady;
-  return kyselyClient(new PGliteDialect({ pglite }), pglite as SqlClient, () => pglite.close());
+  const db = pglite();
+  await db.waitReady;
+  return kyselyClient(new PGliteDialect({ pglite: db }), db as SqlClient, () => db.close());
 };
 
 const openKyselyPostgres = async (): Promise<PostgresClient<Transaction<EffectsDB>>> => {

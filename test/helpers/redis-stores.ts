@@ -4,7 +4,7 @@
  * PostgresPhases on PGlite (atomic phases). The backdoors reach the key's hash with raw
  * commands, as the PostgreSQL factory reaches its table with SQL.
  */
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './pglite.js';
 import { PostgresPhases, RedisStore } from '../../src/redis/index.js';
 import { hashKey, tokenKey } from '../../src/redis/keys.js';
 import type { Queryable, SqlClient } from '../../src/postgres/client.js';
@@ -191,7 +191,7 @@ export const redisPostgresPhasesFactory: StoreFactory = {
   contractOnly: false,
   async connect() {
     const t = await singleClients[0]!.open();
-    const db = new PGlite();
+    const db = pglite();
     await db.waitReady;
     return {
       fresh: redisHarness(t, { client: db as unknown as SqlClient }),

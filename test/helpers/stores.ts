@@ -9,7 +9,7 @@
  * DATABASE_URL is set, as .ci/run does.
  */
 import { after, before } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import { pglite } from './pglite.js';
 import pg from 'pg';
 import postgres from 'postgres';
 import { PostgresStore, type PostgresStoreOptions } from '../../src/postgres/index.js';
@@ -379,7 +379,7 @@ function memoryStoreFactory(name: string, virtualTime: boolean): StoreFactory {
 }
 
 const openPglite = async () => {
-  const db = new PGlite();
+  const db = pglite();
   await db.waitReady;
   return queryableClient(db as SqlClient, () => db.close());
 };
