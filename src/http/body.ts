@@ -3,6 +3,7 @@
  * and the stream is cancelled past `maxBytes`, so a client cannot make the process buffer more
  * than the limit; a `Content-Length` over it is refused before anything is read.
  */
+import { concat } from './response.js';
 
 /** The body's bytes (`null` for none), or `undefined` when it is larger than `maxBytes`. */
 export async function readBodyWithin(request: Request, maxBytes: number): Promise<Uint8Array | null | undefined> {
@@ -25,11 +26,5 @@ export async function readBodyWithin(request: Request, maxBytes: number): Promis
     }
     chunks.push(value);
   }
-  const body = new Uint8Array(size);
-  let at = 0;
-  for (const chunk of chunks) {
-    body.set(chunk, at);
-    at += chunk.byteLength;
-  }
-  return body;
+  return concat(chunks, size);
 }

@@ -76,7 +76,8 @@ export async function captureResponse(
   return { stored: { status: response.status, headers, body }, response: copy };
 }
 
-function concat(chunks: Uint8Array[], size: number): Uint8Array {
+/** The chunks of a stream read to its end, as one array of `size` bytes. */
+export function concat(chunks: Uint8Array[], size: number): Uint8Array {
   if (chunks.length === 1) return chunks[0]!;
   const out = new Uint8Array(size);
   let at = 0;
