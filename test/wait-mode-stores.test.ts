@@ -477,9 +477,18 @@ describe('wait mode on Redis Cluster: the key slot migrates during a wait', { sk
         await source.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'MIGRATING', ids.get(target.port)!]);
         const keys = (await source.a.sendCommand(['CLUSTER', 'GETKEYSINSLOT', String(slot), '100'])) as string[];
         if (keys.length > 0) await source.a.sendCommand(['MIGRATE', '127.0.0.1', String(target.port), '', '0', '5000', 'KEYS', ...keys]);
-        for (const x of admin) await x.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'NODE', ids.get(target.port)!]);
-        // Redis drops the slot's shard subscribers (SUNSUBSCRIBE); the driver subscribes on the new master.
+        // SETSLOT NODE in the order CLUSTER SETSLOT's documentation gives: the target, then the source
+        // (which drops the slot's shard subscribers with SUNSUBSCRIBE; the driver re-reads the slot
+        // map and subscribes on the new master), then the other masters, only once it has. Until
+        // then a re-read answered by another master still shows the old map, and only the
+        // subscriber's periodic re-read (ioredis, src/redis/subscriber.ts) finds the move. Each
+        // node is told once: a second SETSLOT NODE on the new owner would drop its subscribers again.
+        await target.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'NODE', ids.get(target.port)!]);
+        await source.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'NODE', ids.get(target.port)!]);
         await subscribedOn(target, 'the subscription followed the slot to its new master');
+        for (const x of admin) {
+          if (x !== source && x !== target) await x.a.sendCommand(['CLUSTER', 'SETSLOT', String(slot), 'NODE', ids.get(target.port)!]);
+        }
         const started = performance.now();
         if (first.kind === 'execute') await first.execution.finish(async () => ({ status: 200, headers: [], body: body('moved') }));
         const got = await Promise.all(waiters);

@@ -34,6 +34,9 @@ interface IoRedisSubscriberLike {
   on(event: string, fn: (...args: unknown[]) => void): unknown;
 }
 
+/** How often an ioredis Cluster subscriber re-reads the slot map, in ms, when the user's client sets no interval. */
+const SLOT_REFRESH_MS = 2000;
+
 /** A subscriber connection (or a Cluster's per-shard set of them) for shard channels. */
 interface ShardSubscriber {
   subscribe(channel: string): Promise<unknown>;
@@ -54,7 +57,15 @@ function openSubscriber(client: RedisClientLike, onMessage: (channel: string) =>
   if (typeof c.call === 'function') {
     const cluster = (client as { isCluster?: boolean }).isCluster === true;
     const dup = c.duplicate as (...args: unknown[]) => IoRedisSubscriberLike;
-    const sub = cluster ? dup.call(client, undefined, { shardedSubscribers: true }) : dup.call(client);
+    // ioredis follows a moved slot's shard channel by refreshing its slot map when the old
+    // owner drops the subscription; a refresh answered by a node not yet told of the move keeps
+    // the old map, and without a periodic refresh the channel would stay unsubscribed until the
+    // waiter's deadline read. The subscriber's own refresh interval (when the user set none) heals
+    // that within SLOT_REFRESH_MS; it runs only while the subscriber is open (a wait is pending).
+    const refresh = (c.options as { slotsRefreshInterval?: number } | undefined)?.slotsRefreshInterval;
+    const sub = cluster
+      ? dup.call(client, undefined, { shardedSubscribers: true, slotsRefreshInterval: refresh || SLOT_REFRESH_MS })
+      : dup.call(client);
     sub.on('smessage', (channel) => onMessage(String(channel)));
     sub.on('error', () => undefined); // the driver reconnects; a wait meanwhile ends at its deadline
     let readies = 0;
