@@ -63,9 +63,7 @@ function openSubscriber(client: RedisClientLike, onMessage: (channel: string) =>
     // waiter's deadline read. The subscriber's own refresh interval (when the user set none) heals
     // that within SLOT_REFRESH_MS; it runs only while the subscriber is open (a wait is pending).
     const refresh = (c.options as { slotsRefreshInterval?: number } | undefined)?.slotsRefreshInterval;
-    const sub = cluster
-      ? dup.call(client, undefined, { shardedSubscribers: true, slotsRefreshInterval: refresh || SLOT_REFRESH_MS })
-      : dup.call(client);
+    const sub = cluster ? dup.call(client, undefined, { shardedSubscribers: true, slotsRefreshInterval: refresh || SLOT_REFRESH_MS }) : dup.call(client);
     sub.on('smessage', (channel) => onMessage(String(channel)));
     sub.on('error', () => undefined); // the driver reconnects; a wait meanwhile ends at its deadline
     let readies = 0;
