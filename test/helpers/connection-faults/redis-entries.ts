@@ -14,8 +14,11 @@ import type { Endpoint, FaultEntry, OpenContext, OpenedStore } from './entry.js'
 
 /** Longer than every timer: idem's silentLinkMs (3 × storeTimeoutMs of 1000); the clients have their defaults. */
 const IDLE_MS = 4000;
-/** The Cluster's node ports, from the test side to the child (the environment passes through). */
-const CLUSTER_PORTS = 'FAULT_CLUSTER_PORTS';
+/**
+ * The Cluster's node ports, from the test side to the child (the environment passes through):
+ * one variable per entry, as the contract runs entries side by side, each with its own cluster.
+ */
+const clusterPortsVar = (entry: string) => `FAULT_CLUSTER_PORTS_${entry.replace(/\W+/g, '_').toUpperCase()}`;
 
 const single = (): Endpoint => {
   const url = new URL(REDIS_URL);
@@ -47,11 +50,11 @@ function clusterEntry(name: string, open: (ctx: OpenContext, nodes: Endpoint[]) 
     resendsCut,
     async servers() {
       cluster = await startCluster();
-      process.env[CLUSTER_PORTS] = cluster.ports.join(',');
+      process.env[clusterPortsVar(name)] = cluster.ports.join(',');
       return nodes(cluster.ports);
     },
     idleMs: IDLE_MS,
-    open: (ctx) => open(ctx, nodes((process.env[CLUSTER_PORTS] ?? '').split(',').map(Number))),
+    open: (ctx) => open(ctx, nodes((process.env[clusterPortsVar(name)] ?? '').split(',').map(Number))),
     async cleanup() {
       await cluster?.stop();
     },
