@@ -28,6 +28,13 @@ describe('ServerClock', () => {
     assert.equal(clock.stale(), false, 'fresh for a second');
   });
 
+  it("keeps the sample's µs: right after a reply of x.999999 s the bound is not below it (no rounding down to the ms)", async () => {
+    const clock = new ServerClock();
+    await clock.sample(async () => ['1700000000', '999999']);
+    const bound = clock.latestNowMs();
+    assert.ok(bound >= 1_700_000_000_999.999, `bound ${bound} is at least the server's reading`);
+  });
+
   it('keeps the last good sample when a sample fails', async () => {
     const clock = new ServerClock();
     await clock.sample(async () => ['1700000000', '500000']);

@@ -41,10 +41,12 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
   /**
    * Answer retries of finished keys with a plain `HGETALL` before the claim script, retention
    * judged by a bound of the server's clock (a `TIME` once a second, protocol.md K28): a replay
-   * costs one native read instead of a Lua call, a new key one extra round trip.
-   * @default true
+   * costs one native read instead of a Lua call, a new key one extra round trip. `'adaptive'`:
+   * only while at least half of the recent claims found a finished key, so a stream of new keys
+   * costs two round trips each (claim and finish scripts), not three; the answers are the same.
+   * @default 'adaptive'
    */
-  replayFastPath?: boolean;
+  replayFastPath?: boolean | 'adaptive';
   /**
    * Deadline of each command the store sends, in ms (protocol.md H17): a Redis (or a Cluster
    * node) that accepted the connection and never answers fails the call with a

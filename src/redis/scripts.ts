@@ -16,7 +16,7 @@
  * `p:<phase>` each committed phase's result (JSON text), `tok` fencing token, `cid` claim id,
  * `lu` lease end (server epoch ms; a release sets it to the server's now; `0` = finished, no lease), `ca` creation (server epoch ms),
  * `rt` retention ms, `rs` / `rh` / `rb` response status, headers (JSON), body (base64),
- * `rq` request snapshot (JSON), `fa` finish time, `na` failed attempts counted by takeovers
+ * `rq` request snapshot (JSON), `na` failed attempts counted by takeovers
  * (protocol.md K23; absent = 0), `rl` `1` while the key is released (absent: held or crashed),
  * `op` the last operator action's note (protocol.md K40).
  *
@@ -148,35 +148,42 @@ function script(body: string): string {
  *
  * KEYS[1] hash, KEYS[2] token counter, KEYS[3] in-flight index (single Redis only).
  * ARGV[1] fingerprint hex, ARGV[2] lease ms, ARGV[3] retention ms, ARGV[4] new claim id,
- * ARGV[5] index member.
+ * ARGV[5] index member, ARGV[6] the hash's time to live in ms (the larger of retention and
+ * lease: it goes at creation + retention, or at the lease's end if that is later), ARGV[7] the
+ * counter's (ARGV[6] + retention: it outlives the hash by a whole retention period).
  * Returns the new token (a bulk string: the claim id is ARGV[4], known to the caller) or
  * `{'exists', now, field, value, ...}`. A new key costs the server one `TIME` (the token's µs
- * and the clock's ms), no `DEL` and one `SET ... PX` for the counter: every `redis.call` and
- * every table handed back to Redis is a measurable share of a script's cost (bench/redis-store.ts).
+ * and the clock's ms, both cut from its reply as text), no `DEL`, one `SET ... PX` for the
+ * counter and two `string.format`s (the lease end, the hash's expiry): every `redis.call`, every
+ * number formatted (a `sprintf`, about 0.5 µs) and every table handed back to Redis is a
+ * measurable share of a script's cost (bench/redis-store.ts). The hash expires at exactly
+ * creation + ARGV[6] by `TIME`'s clock (`PEXPIREAT`, protocol.md K6); the counter's expiry only
+ * needs to come a retention later, so it is relative (`PX`), as text from the client.
  */
 export const CLAIM = script(`
 local h, counter = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local us = t[2]
+us = string.rep('0', 6 - #us) .. us
+local now_text = t[1] .. string.sub(us, 1, 3)
+local now = tonumber(now_text)
 local cur = redis.call('HMGET', h, 'ca', 'lu', 'fp', 'st', 'rt')
 if cur[1] then
   local retention_over = tonumber(cur[1]) <= now - tonumber(ARGV[3])
   local lease_over = tonumber(cur[2]) <= now
   if not (retention_over and lease_over) then
-    return {'exists', num(now), fields(h, cur[3] == ARGV[1] and cur[4] == 'done', false)}
+    return {'exists', now_text, fields(h, cur[3] == ARGV[1] and cur[4] == 'done', false)}
   end
   redis.call('DEL', h)
 end
-local last = tonumber(redis.call('GET', counter) or '0')
-local token = num(math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
-local rt = tonumber(ARGV[3])
-local lu = now + tonumber(ARGV[2])
+local token = t[1] .. us
+local last = redis.call('GET', counter)
+if last and tonumber(last) >= tonumber(token) then token = num(tonumber(last) + 1) end
 redis.call('HSET', h, 'fp', ARGV[1], 'st', 'started', 'rp', 'start', 'tok', token, 'cid', ARGV[4],
-  'lu', num(lu), 'ca', num(now), 'rt', ARGV[3])
-local at = math.max(now + rt, lu)
-redis.call('PEXPIREAT', h, num(at))
-redis.call('SET', counter, token, 'PX', num(at + rt - now))
-if KEYS[3] then redis.call('ZADD', KEYS[3], num(now), ARGV[5]) end
+  'lu', num(now + tonumber(ARGV[2])), 'ca', now_text, 'rt', ARGV[3])
+redis.call('PEXPIREAT', h, num(now + tonumber(ARGV[6])))
+redis.call('SET', counter, token, 'PX', ARGV[7])
+if KEYS[3] then redis.call('ZADD', KEYS[3], now_text, ARGV[5]) end
 return token
 `);
 
@@ -227,7 +234,8 @@ return 1
 /**
  * Finish (protocol.md Q5, K5), fenced: state `done`, the response stored, the lease cleared,
  * the key dropped from the in-flight index. Retention is not extended (the expiry set at the
- * claim stays).
+ * claim stays). No `TIME`: nothing reads a finish time, and every `redis.call` is a measurable
+ * share of a script's cost (bench/redis-store.ts).
  *
  * KEYS[1] hash, KEYS[3] in-flight index (single Redis only). ARGV[1] token, ARGV[2] status,
  * ARGV[3] headers JSON, ARGV[4] body base64, ARGV[5] index member. Returns 1, or nil (fenced).
@@ -235,8 +243,7 @@ return 1
 export const FINISH = script(`
 local h = KEYS[1]
 if not fenced(h, ARGV[1]) then return false end
-redis.call('HSET', h, 'st', 'done', 'rp', 'finished', 'rs', ARGV[2], 'rh', ARGV[3], 'rb', ARGV[4],
-  'lu', '0', 'fa', num(now_ms()))
+redis.call('HSET', h, 'st', 'done', 'rp', 'finished', 'rs', ARGV[2], 'rh', ARGV[3], 'rb', ARGV[4], 'lu', '0')
 if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[5]) end
 changed(h)
 return 1

@@ -18,7 +18,7 @@ import { performance } from 'node:perf_hooks';
 const SAMPLE_MS = 1000;
 
 export class ServerClock {
-  /** Server epoch ms read by the last sample, and `performance.now()` when it was sent. */
+  /** Server epoch ms (with its µs) read by the last sample, and `performance.now()` when it was sent. */
   private serverMs = 0;
   private sentAt = Number.NEGATIVE_INFINITY;
   private pending: Promise<void> | undefined;
@@ -34,7 +34,9 @@ export class ServerClock {
     const pending = send(['TIME']).then(
       (reply) => {
         const [seconds, micros] = reply as [string, string];
-        this.serverMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+        // Its µs kept: rounded down to the ms, the bound could be up to 1 ms below the server's
+        // clock when the round trip is shorter than that (protocol.md K28).
+        this.serverMs = Number(seconds) * 1000 + Number(micros) / 1000;
         this.sentAt = sentAt;
       },
       () => undefined,

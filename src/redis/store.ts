@@ -32,6 +32,7 @@ import { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } fr
 import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { LedgerState, PhaseLedger } from './pg-phases.js';
+import { ReplayShare } from './replay-share.js';
 import { ServerClock } from './server-clock.js';
 import { ShardChannelFeed } from './subscriber.js';
 
@@ -76,7 +77,9 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly index: string;
   private readonly durability: Required<DurabilityOptions> | undefined;
   private readonly ledger: PhaseLedger<Tx> | undefined;
-  private readonly replayFastPath: boolean;
+  private readonly replayFastPath: boolean | 'adaptive';
+  /** The recent share of claims that found a finished key (protocol.md K28): what `'adaptive'` goes by. */
+  private readonly replayShare = new ReplayShare();
   private readonly client: RedisStoreOptions<Tx>['client'];
   private readonly timeoutMs: number;
   private hub: KeyChangeHub | undefined;
@@ -105,7 +108,10 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     this.prefix = validatePrefix(options.prefix ?? 'idem');
     this.index = indexKey(this.prefix);
     this.ledger = options.phases;
-    this.replayFastPath = options.replayFastPath ?? true;
+    const fastPath = options.replayFastPath ?? 'adaptive';
+    if (fastPath !== true && fastPath !== false && fastPath !== 'adaptive')
+      throw new InvalidOptionError("idem/redis: replayFastPath must be true, false or 'adaptive'");
+    this.replayFastPath = fastPath;
     this.client = options.client;
     this.timeoutMs = timeoutMs;
     if (options.durability) {
@@ -139,7 +145,8 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
 
   async claim(input: ClaimInput): Promise<ClaimResult> {
     const keys = this.keys(input.scope, input.key);
-    if (this.replayFastPath) {
+    const fastPath = this.replayFastPath === true || (this.replayFastPath === 'adaptive' && this.replayShare.frequent());
+    if (fastPath) {
       // Replay fast path: a plain HGETALL answers a retry of a finished key without a script
       // (a Lua call costs the server several times a bare HGETALL). A finished hash only
       // changes by expiring, so this read cannot be stale in a way that matters; anything else
@@ -157,6 +164,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
           const record = recordOf(input.scope, input.key, 0, f);
           if (f.fp !== hex(input.fingerprint)) delete record.response; // a mismatch is never replayed
           record.retentionRemainingMs = retentionLeft(f, input.retentionMs, latestNowMs);
+          this.replayShare.add(true);
           return { kind: 'exists', record };
         }
       }
@@ -164,14 +172,25 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     const member = indexMember(input.scope, input.key);
     const fingerprint = hex(input.fingerprint);
     const claimId = randomUUID();
+    const leaseMs = Math.max(0, Math.floor(input.leaseMs));
+    const retentionMs = Math.floor(input.retentionMs);
+    // The hash lives until creation + retention, or the lease's end if later; the counter a
+    // retention longer (scripts.ts CLAIM).
+    const hashTtlMs = Math.max(retentionMs, leaseMs);
     const reply = (await this.redis.script('claim', keys, [
       fingerprint,
-      String(Math.max(0, Math.floor(input.leaseMs))),
-      String(Math.floor(input.retentionMs)),
+      String(leaseMs),
+      String(retentionMs),
       claimId,
       member,
+      String(hashTtlMs),
+      String(hashTtlMs + retentionMs),
     ])) as string | [string, string, unknown];
-    if (!Array.isArray(reply)) {
+    // protocol.md K28: whether the key was finished, learned from the script's answer too, so a
+    // fast path skipped for a while comes back as soon as retries of finished keys do.
+    const record = Array.isArray(reply) ? toRecord(input.scope, input.key, Number(reply[1]), reply[2] as unknown[], input.retentionMs) : undefined;
+    this.replayShare.add(record?.state === KeyState.Done);
+    if (!record) {
       // The new token alone (scripts.ts CLAIM): the claim id is the one sent.
       const token = Number(reply);
       if (this.redis.cluster) await this.redis.command(this.index, ['ZADD', this.index, String(Date.now()), member]);
@@ -202,7 +221,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       // The hash's `ca` is this script's server time: its whole retention is left (protocol.md K20).
       return { kind: 'claimed', token, claimId, retentionRemainingMs: Math.floor(input.retentionMs) };
     }
-    return { kind: 'exists', record: toRecord(input.scope, input.key, Number(reply[1]), reply[2] as unknown[], input.retentionMs) };
+    return { kind: 'exists', record };
   }
 
   async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {

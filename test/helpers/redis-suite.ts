@@ -185,21 +185,25 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
         assert.equal(record.leaseExpired, false);
       });
 
-      it('never replays a finished key past retention, and reports no more retention left than the server clock gives (replay fast path)', async () => {
-        const token = claimedToken(await claim('done'));
-        await store.commit({ scope: 'tenant-1', key: 'done', token }, finishWith(RESPONSE));
-        const created = Number(await raw('done', 'ca'));
-        const serverBefore = await serverNowMs();
-        const replayed = existing(await claim('done'));
-        assert.ok(replayed.response, 'replayed within retention');
-        // The read ran after serverBefore by the server's clock: it had at most this much left.
-        const left = replayed.retentionRemainingMs!;
-        assert.ok(left <= created + RETENTION_MS - serverBefore, `retention left ${left} is bounded by the server clock`);
-        assert.ok(left > 0);
-        await age('done');
-        const fresh = await claim('done');
-        assert.equal(fresh.kind, 'claimed', 'a finished key past retention counts as absent');
-        assert.ok(claimedToken(fresh) > token);
+      it('never replays a finished key past retention, and reports no more retention left than the server clock gives (replay fast path, and the claim script)', async () => {
+        for (const replayFastPath of [true, false]) {
+          store = new RedisStore({ client: t.client, prefix, replayFastPath });
+          const key = `done-${replayFastPath}`;
+          const token = claimedToken(await claim(key));
+          await store.commit({ scope: 'tenant-1', key, token }, finishWith(RESPONSE));
+          const created = Number(await raw(key, 'ca'));
+          const serverBefore = await serverNowMs();
+          const replayed = existing(await claim(key));
+          assert.ok(replayed.response, 'replayed within retention');
+          // The read ran after serverBefore by the server's clock: it had at most this much left.
+          const left = replayed.retentionRemainingMs!;
+          assert.ok(left <= created + RETENTION_MS - serverBefore, `retention left ${left} is bounded by the server clock`);
+          assert.ok(left > 0);
+          await age(key);
+          const fresh = await claim(key);
+          assert.equal(fresh.kind, 'claimed', 'a finished key past retention counts as absent');
+          assert.ok(claimedToken(fresh) > token);
+        }
       });
 
       it('lets exactly one of 50 concurrent claims of a new key win', async () => {
@@ -233,6 +237,30 @@ export function redisStoreSuite(name: string, open: () => Promise<TestClient>, o
         // Even with the counter gone too, a new counter starts above every earlier token.
         await t.raw(h('short'), ['DEL', h('short'), tokenKey(h('short'))]);
         assert.ok(claimedToken(await claim('short')) > fresh);
+      });
+
+      it("draws a new key's token from the server clock in µs, and above a counter that is ahead of it (a clock stepped back)", async () => {
+        const serverNowUs = async () => {
+          const [sec, us] = (await t.raw(h('clock'), ['TIME'])) as [string, string];
+          return Number(sec) * 1_000_000 + Number(us);
+        };
+        // Until one claim ran in the first 90 ms of a second (fewer than six digits of µs in TIME's reply).
+        let after = 0;
+        for (let shortMicros = false; !shortMicros; ) {
+          const before = await serverNowUs();
+          const token = claimedToken(await claim('fresh'));
+          after = await serverNowUs();
+          assert.ok(token >= before && token <= after, `token ${token} is the claim's server time in µs (${before}..${after})`);
+          assert.equal(Number(await raw('fresh', 'ca')), Math.floor(token / 1000), 'creation is the same instant in ms');
+          assert.equal(await t.raw(h('fresh'), ['GET', tokenKey(h('fresh'))]), String(token), 'the counter holds the token');
+          assert.equal((await store.discard({ scope: 'tenant-1', key: 'fresh', token })).kind, 'ok');
+          shortMicros = Math.floor(before / 1_000_000) === Math.floor(after / 1_000_000) && after % 1_000_000 < 90_000;
+        }
+        // A counter ahead of the clock (tokens drawn before the server's clock went back).
+        const ahead = after + 10_000_000_000;
+        await t.raw(h('ahead'), ['SET', tokenKey(h('ahead')), String(ahead)]);
+        assert.equal(claimedToken(await claim('ahead')), ahead + 1);
+        assert.equal(await t.raw(h('ahead'), ['GET', tokenKey(h('ahead'))]), String(ahead + 1));
       });
     });
 
