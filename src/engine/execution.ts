@@ -65,8 +65,6 @@ export class Execution<Tx = unknown> {
   readonly resumed: boolean;
   /** The recovery point this execution started from (`start` for a fresh claim). */
   readonly resumedFrom: string;
-  /** Aborted when the lease is lost (another worker took over); its reason is a {@link LeaseLostError}. */
-  readonly signal: AbortSignal;
   /** Identifies this claim of the key (stable across takeovers); part of every derived key. */
   readonly claimId: string;
   /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim or when the store does not count. */
@@ -81,7 +79,10 @@ export class Execution<Tx = unknown> {
 
   private readonly ref: KeyRef;
   private readonly results: PhaseResults;
-  private readonly abort = new AbortController();
+  /** Made on the first read of {@link signal}: most executions never read it. */
+  private abort: AbortController | undefined;
+  /** Set when the lease is lost: the reason of a signal made after that. */
+  private lostWith: LeaseLostError | undefined;
   private timer: ReturnType<typeof setInterval> | undefined;
   private state: 'open' | 'done' | 'released' | 'lost' = 'open';
   private committed = 0;
@@ -103,8 +104,16 @@ export class Execution<Tx = unknown> {
     this.resumedFrom = recoveryPoint;
     this.resumed = recoveryPoint !== RECOVERY_POINT_START || Object.keys(phaseResults).length > 0;
     this.results = { ...phaseResults };
-    this.signal = this.abort.signal;
     this.startHeartbeat();
+  }
+
+  /** Aborted when the lease is lost (another worker took over); its reason is a {@link LeaseLostError}. */
+  get signal(): AbortSignal {
+    if (this.abort === undefined) {
+      this.abort = new AbortController();
+      if (this.lostWith !== undefined) this.abort.abort(this.lostWith);
+    }
+    return this.abort.signal;
   }
 
   /** The fencing token (`lock_version`) this execution holds. */
@@ -356,7 +365,8 @@ export class Execution<Tx = unknown> {
     if (this.state === 'open') {
       this.close('lost');
       this.emit('lease-lost');
-      this.abort.abort(error);
+      this.lostWith = error;
+      this.abort?.abort(error);
     }
     return error;
   }

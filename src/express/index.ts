@@ -19,7 +19,7 @@ import { DEFAULT_KEY_HEADER } from '../core/constants.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
 import { holdWrites, toHeaders } from '../http/node-response.js';
-import { bodyResponse, isNullBodyStatus, replayHeaders } from '../http/response.js';
+import { isNullBodyStatus, replayHeaders } from '../http/response.js';
 import type { StoredResponse } from '../store/types.js';
 
 /**
@@ -108,7 +108,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
     const prepared = (req as unknown as Record<symbol, Prepared<Tx> | undefined>)[PREPARED];
     // No execution, or the route already ended its response (which is being recorded).
     if (prepared?.kind !== 'execute') return next(error);
-    delete (req as unknown as Record<symbol, unknown>)[PREPARED];
+    (req as unknown as Record<symbol, unknown>)[PREPARED] = undefined;
     restore(res as ResLike);
     if (res.headersSent) {
       // Too late to answer with a problem; still release, so retries need not wait out the lease.
@@ -158,7 +158,7 @@ function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>,
   (res as ServerResponse).destroy = function destroy(error?: Error) {
     if (!error || res.socket?.destroyed !== false) return original.destroy.call(res, error);
     restore(res);
-    delete (req as unknown as Record<symbol, unknown>)[PREPARED];
+    (req as unknown as Record<symbol, unknown>)[PREPARED] = undefined;
     (req as unknown as Record<symbol, unknown>)[SENDING] = prepared
       .fail(error)
       .then((out) => send(res, out))
@@ -170,12 +170,12 @@ function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>,
     held.push(chunk, encoding);
     restore(res);
     // The response is decided: an error thrown after this point is not this request's outcome.
-    delete (req as unknown as Record<symbol, unknown>)[PREPARED];
-    const response = bodyResponse(res.statusCode, held.body(), { headers: toHeaders(res.getHeaders()) });
+    (req as unknown as Record<symbol, unknown>)[PREPARED] = undefined;
+    const body = held.body();
     (req as unknown as Record<symbol, unknown>)[SENDING] = prepared
-      .complete(response)
+      .completeHeld({ status: res.statusCode, headers: res.getHeaders(), body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) })
       .then(
-        (out) => send(res, out),
+        (out) => (out instanceof Response ? send(res, out) : sendHeld(res, body, out.headers)),
         (error) => send(res, new Response(String(error), { status: 500 })),
       )
       .then(() => flushed(res))
@@ -193,7 +193,7 @@ function restore(res: ResLike): void {
   (res as ServerResponse).end = original.end;
   (res as ServerResponse).writeHead = original.writeHead;
   (res as ServerResponse).destroy = original.destroy;
-  delete (res as unknown as Record<symbol, unknown>)[ORIGINAL];
+  (res as unknown as Record<symbol, unknown>)[ORIGINAL] = undefined;
 }
 
 /** Resolves once the response has been handed to the OS, or its connection closed. */
@@ -213,6 +213,13 @@ function sendReplay(res: ResLike, stored: StoredResponse): void {
   if (isNullBodyStatus(stored.status)) return void res.end();
   res.setHeader('content-length', stored.body.length);
   res.end(Buffer.from(stored.body.buffer, stored.body.byteOffset, stored.body.byteLength));
+}
+
+/** Sends the response the route wrote (held until recorded) as it is, with `headers` added. */
+function sendHeld(res: ResLike, body: Buffer, headers: Array<[string, string]>): void {
+  for (const [name, value] of headers) res.setHeader(name, value);
+  res.setHeader('content-length', body.length);
+  res.end(body);
 }
 
 /** Writes a web Response out through Node's response, replacing any headers set so far. */

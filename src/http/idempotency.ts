@@ -9,7 +9,8 @@ import type { StoredResponse } from '../store/types.js';
 import { readBodyWithin } from './body.js';
 import { IdempotencyContext } from './context.js';
 import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
-import { captureResponse, replayHeaderFilter, replayResponse, type ResponseCapture } from './response.js';
+import { toHeaders } from './node-response.js';
+import { bodyResponse, captureResponse, isNullBodyStatus, replayHeaderFilter, replayResponse, type ResponseCapture, storedHeaders } from './response.js';
 import { credentialScope } from './scope.js';
 import { isTransientFailure } from './attempts.js';
 import type { HttpRequestInput, IdempotencyOptions } from './options.js';
@@ -44,8 +45,29 @@ export type Prepared<Tx = unknown> =
       kind: 'execute';
       context: IdempotencyContext<Tx>;
       complete(response: Response): Promise<Response>;
+      /**
+       * `complete` for a response held as parts on the server's own response object (adapters
+       * on Node's response): the same outcome, without building a web Response when the held
+       * response is recorded as it is. {@link SendHeld} means "send the held response, with
+       * these headers added"; a Response replaces it.
+       */
+      completeHeld(held: HeldResponse): Promise<Response | SendHeld>;
       fail(error: unknown): Promise<Response>;
     };
+
+/** A response the handler wrote, held on the server's response object (status, headers as Node keeps them, body bytes). */
+export interface HeldResponse {
+  status: number;
+  /** Lower-case names; a repeated header is an array (Node's `getHeaders()`). */
+  headers: Readonly<Record<string, string | number | readonly string[] | undefined>>;
+  body: Uint8Array;
+}
+
+/** Send the held response as it is, with `headers` set on it (the expiry header, protocol.md H40). */
+export interface SendHeld {
+  kind: 'send-held';
+  headers: Array<[string, string]>;
+}
 
 /**
  * The framework-neutral HTTP core on web-standard Request/Response. Adapters (Hono, Express)
@@ -56,6 +78,8 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly methods: Set<string>;
   private readonly keyHeader: string;
   private readonly capture: ResponseCapture;
+  private readonly keepHeader: (name: string) => boolean;
+  private readonly maxResponseBytes: number;
   private readonly discardStatuses: Set<number>;
   private readonly releaseStatuses: Set<number>;
   private readonly maxAttempts: number;
@@ -82,6 +106,8 @@ export class HttpIdempotency<Tx = unknown> {
     if (maxBodyBytes !== undefined && !(Number.isInteger(maxBodyBytes) && maxBodyBytes >= 0)) {
       throw new InvalidOptionError('idem: maxBodyBytes must be a whole number of bytes >= 0');
     }
+    this.keepHeader = keep;
+    this.maxResponseBytes = maxResponseBytes;
     this.capture = (response) => captureResponse(response, keep, maxResponseBytes, () => this.tooLarge(maxResponseBytes));
     this.discardStatuses = new Set(options.discardStatuses ?? [400, 401, 403, 422, 429]);
     this.releaseStatuses = new Set(options.releaseStatuses ?? [503]);
@@ -219,6 +245,7 @@ export class HttpIdempotency<Tx = unknown> {
           kind: 'execute',
           context,
           complete: (response) => this.complete(context, response),
+          completeHeld: (held) => this.completeHeld(context, held),
           fail: (error) => this.fail(context, error),
         };
       }
@@ -388,6 +415,35 @@ export class HttpIdempotency<Tx = unknown> {
       await execution.release().catch(() => undefined);
       return this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' }).response;
     }
+  }
+
+  /**
+   * {@link complete} for a held response. The common case (an open execution, a response to
+   * keep, a body within `maxResponseBytes`, headers a web Response would carry unchanged) is
+   * recorded straight from the parts, fenced as `complete` does; any other goes through
+   * `complete` with the web Response built from the parts.
+   */
+  private async completeHeld(context: IdempotencyContext<Tx>, held: HeldResponse): Promise<Response | SendHeld> {
+    const execution = context.execution;
+    const { status, body } = held;
+    const stored =
+      execution.status === 'open' &&
+      !isNullBodyStatus(status) &&
+      body.length <= this.maxResponseBytes &&
+      (execution.workStarted || !(context.rejected || this.discardStatuses.has(status) || this.releaseStatuses.has(status)))
+        ? storedHeaders(held.headers, this.keepHeader)
+        : undefined;
+    if (stored === undefined) return this.complete(context, bodyResponse(status, body, { headers: toHeaders(held.headers) }));
+    try {
+      await execution.finish({ status, headers: stored, body });
+    } catch (error) {
+      if (error instanceof LeaseLostError) return this.leaseLost();
+      await execution.release().catch(() => undefined);
+      return this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' }).response;
+    }
+    const headers: Array<[string, string]> = [];
+    if (this.expiresHeader && execution.retentionEndsAt) headers.push([this.expiresHeader.toLowerCase(), httpDate(execution.retentionEndsAt.getTime())]);
+    return { kind: 'send-held', headers };
   }
 
   /** `response` with the expiry header when it is on and the retention end is known (protocol.md H40). */

@@ -45,11 +45,14 @@ export function holdWrites(res: ServerResponse): HeldWrites {
     if (typeof callback === 'function') queueMicrotask(() => (callback as () => void)());
     return true;
   } as ServerResponse['write'];
-  return { push, body: () => Buffer.concat(chunks) };
+  // Every chunk was copied when pushed: one chunk is the body as it is.
+  return { push, body: () => (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)) };
 }
 
 /** Node's header object (request or response; repeated names as arrays) as fetch `Headers`. */
-export function toHeaders(source: IncomingHttpHeaders | OutgoingHttpHeaders): Headers {
+export function toHeaders(
+  source: IncomingHttpHeaders | OutgoingHttpHeaders | Readonly<Record<string, string | number | readonly string[] | undefined>>,
+): Headers {
   const headers = new Headers();
   for (const [name, value] of Object.entries(source)) {
     if (Array.isArray(value)) for (const v of value) headers.append(name, v);

@@ -76,6 +76,42 @@ export async function captureResponse(
   return { stored: { status: response.status, headers, body }, response: copy };
 }
 
+/**
+ * The headers to store from a held response's headers (Node's `getHeaders()` form: lower-case
+ * names, a repeated header as an array), the same list {@link captureResponse} keeps from the
+ * web Response built of them: kept names only, in name order. `undefined` when a web Response
+ * would not carry them unchanged (a repeated header other than Set-Cookie, which it joins; a
+ * value with surrounding whitespace, which it trims): the caller then builds that Response.
+ */
+export function storedHeaders(
+  headers: Readonly<Record<string, string | number | readonly string[] | undefined>>,
+  keepHeader: (name: string) => boolean,
+): Array<[string, string]> | undefined {
+  const kept: Array<[string, string]> = [];
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined) continue;
+    if (typeof value === 'object') {
+      if (name !== 'set-cookie') return undefined;
+      for (const v of value) if (!trimmed(v)) return undefined;
+      continue;
+    }
+    const text = typeof value === 'string' ? value : String(value);
+    if (!trimmed(text)) return undefined;
+    if (keepHeader(name)) kept.push([name, text]);
+  }
+  if (kept.length > 1) kept.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  return kept;
+}
+
+/** True when `value` has no leading or trailing HTTP whitespace (what Headers strips). */
+function trimmed(value: string): boolean {
+  if (value.length === 0) return true;
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(value.length - 1);
+  return !(first === 32 || first === 9 || first === 10 || first === 13 || last === 32 || last === 9 || last === 10 || last === 13);
+}
+
 /** The chunks of a stream read to its end, as one array of `size` bytes. */
 export function concat(chunks: Uint8Array[], size: number): Uint8Array {
   if (chunks.length === 1) return chunks[0]!;
