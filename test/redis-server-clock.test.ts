@@ -35,6 +35,16 @@ describe('ServerClock', () => {
     assert.ok(bound >= 1_700_000_000_999.999, `bound ${bound} is at least the server's reading`);
   });
 
+  it('judges nothing fresh by a sample over two seconds old (the fast path was off meanwhile; the server clock may have stepped): the claim script decides', async (t) => {
+    const clock = new ServerClock();
+    await clock.sample(async () => ['1700000000', '0']);
+    assert.ok(Number.isFinite(clock.latestNowMs()));
+    const now = performance.now.bind(performance);
+    t.mock.method(performance, 'now', () => now() + 2100);
+    assert.equal(clock.latestNowMs(), Number.POSITIVE_INFINITY, 'an old sample bounds nothing');
+    assert.equal(clock.stale(), true, 'and a new one is due');
+  });
+
   it('keeps the last good sample when a sample fails', async () => {
     const clock = new ServerClock();
     await clock.sample(async () => ['1700000000', '500000']);

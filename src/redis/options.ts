@@ -40,8 +40,9 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
   phases?: PhaseLedger<Tx>;
   /**
    * Answer retries of finished keys with a plain `HGETALL` before the claim script, retention
-   * judged by a bound of the server's clock (a `TIME` once a second, protocol.md K28): a replay
-   * costs one native read instead of a Lua call, a new key one extra round trip. `'adaptive'`:
+   * judged by a bound of the server's clock (a `TIME` at most once a second while it reads
+   * first, a sample over 2 s old never used, protocol.md K28): a replay costs one native read
+   * instead of a Lua call, a new key one extra round trip. `'adaptive'`:
    * only while at least half of the recent claims found a finished key, so a stream of new keys
    * costs two round trips each (claim and finish scripts), not three; the answers are the same.
    * @default 'adaptive'

@@ -49,10 +49,14 @@ export class ServerClock {
 
   /**
    * The latest the server's clock can read now (epoch ms): the sample's reading plus the
-   * time elapsed here since it was SENT. Infinity without a sample (nothing is judged fresh).
+   * time elapsed here since it was SENT. Infinity without a sample younger than two seconds
+   * (nothing is judged fresh).
    */
   latestNowMs(): number {
-    if (this.sentAt === Number.NEGATIVE_INFINITY) return Number.POSITIVE_INFINITY;
+    // No sample, or one too old to use (the fast path was off for a while: a request meanwhile
+    // waits for no fresh sample, and a clock stepped since must not count): Infinity, so the
+    // claim script decides by the server's own TIME until a new sample is in.
+    if (performance.now() - this.sentAt > 2 * SAMPLE_MS) return Number.POSITIVE_INFINITY;
     return this.serverMs + (performance.now() - this.sentAt);
   }
 }
