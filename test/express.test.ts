@@ -171,6 +171,33 @@ for (const engine of engines) {
         assert.equal(counter.H, 1);
       });
 
+      it('a status or header a route changes after res.end() (the head not sent yet) is not sent: the first answer is the one recorded and replayed', async () => {
+        const { app, idem, counted, start, send, counter } = await setup();
+        app.post(
+          '/v1/late',
+          idem,
+          counted((_req, res) => {
+            res.set('etag', '"v1"');
+            res.status(201).json({ late: false });
+            res.status(202);
+            res.set('location', '/v1/late/1');
+            res.set('etag', '"v2"');
+            res.removeHeader('content-type');
+          }),
+        );
+        await start();
+        const answers = [await send('/v1/late', { key: 'late-1', json: {} }), await send('/v1/late', { key: 'late-1', json: {} })];
+        for (const [i, res] of answers.entries()) {
+          assert.equal(res.status, 201, `answer ${i + 1}`);
+          assert.equal(res.headers.get('location'), null, `answer ${i + 1}`);
+          assert.equal(res.headers.get('etag'), '"v1"', `answer ${i + 1}`);
+          assert.match(res.headers.get('content-type') ?? '', /^application\/json/, `answer ${i + 1}`);
+          assert.equal(await res.text(), '{"late":false}', `answer ${i + 1}`);
+        }
+        assert.equal(answers[1]!.headers.get('idempotent-replayed'), 'true');
+        assert.equal(counter.H, 1);
+      });
+
       it('without a body parser: the middleware reads the raw body (req.body is the exact Buffer); reordered JSON replays, a different body gets 422', async () => {
         const { app, idem, counted, start, send, counter } = await setup({}, { parser: false });
         const seen: unknown[] = [];

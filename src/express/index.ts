@@ -14,7 +14,7 @@
  * app.use(idem.onError);
  * ```
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { DEFAULT_KEY_HEADER } from '../core/constants.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
@@ -172,10 +172,11 @@ function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>,
     // The response is decided: an error thrown after this point is not this request's outcome.
     (req as unknown as Record<symbol, unknown>)[PREPARED] = undefined;
     const body = held.body();
+    const recorded = { status: res.statusCode, headers: res.getHeaders() };
     (req as unknown as Record<symbol, unknown>)[SENDING] = prepared
-      .completeHeld({ status: res.statusCode, headers: res.getHeaders(), body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) })
+      .completeHeld({ ...recorded, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) })
       .then(
-        (out) => (out instanceof Response ? send(res, out) : sendHeld(res, body, out.headers)),
+        (out) => (out instanceof Response ? send(res, out) : sendHeld(res, recorded, body, out.headers)),
         (error) => send(res, new Response(String(error), { status: 500 })),
       )
       .then(() => flushed(res))
@@ -215,8 +216,15 @@ function sendReplay(res: ResLike, stored: StoredResponse): void {
   res.end(Buffer.from(stored.body.buffer, stored.body.byteOffset, stored.body.byteLength));
 }
 
-/** Sends the response the route wrote (held until recorded) as it is, with `headers` added. */
-function sendHeld(res: ResLike, body: Buffer, headers: Array<[string, string]>): void {
+/**
+ * Sends the response the route wrote (held until recorded) as it was recorded, with `headers`
+ * added: a status or header the route changed after `end()` (the head is not sent yet, so
+ * Node would take it) is put back, so the first answer is the one every replay gives.
+ */
+function sendHeld(res: ResLike, recorded: { status: number; headers: OutgoingHttpHeaders }, body: Buffer, headers: Array<[string, string]>): void {
+  for (const name of res.getHeaderNames()) if (!(name in recorded.headers)) res.removeHeader(name);
+  res.statusCode = recorded.status;
+  for (const [name, value] of Object.entries(recorded.headers)) if (value !== undefined && res.getHeader(name) !== value) res.setHeader(name, value);
   for (const [name, value] of headers) res.setHeader(name, value);
   res.setHeader('content-length', body.length);
   res.end(body);
