@@ -121,7 +121,12 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
     const poison = Array.from({ length: crashLoops }, () => `poison-${randomUUID()}`);
     const publish = nats ? nats.publishCopy : amqpPublisher(channel);
     const sends = [...ids, ...ids, ...poison].sort(() => Math.random() - 0.5);
-    for (const id of sends) await publish({ id, destination: queue, body: new TextEncoder().encode(id), contentType: 'text/plain' });
+    const send = (id: string) => publish({ id, destination: queue, body: new TextEncoder().encode(id), contentType: 'text/plain' });
+    // With idem, half the copies wait until the chaos has happened (two kills and the freeze):
+    // on a busy machine the consumers could otherwise finish every message before it does, and
+    // the run would prove nothing. Kills go on while the rest is consumed.
+    const heldBack = options.mode === 'idem' ? sends.splice(Math.floor(sends.length / 2)) : [];
+    for (const id of sends) await send(id);
 
     const count = async (sql: string) => Number((await pool.query(sql)).rows[0]!.n);
     const done =
@@ -154,6 +159,7 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
         kills++;
       }
       workers[i] = await start();
+      if (heldBack.length > 0 && kills >= 2 && freezes === 1) for (const id of heldBack.splice(0)) await send(id);
     }
     if (options.mode === 'idem' && finished) {
       const drainBy = performance.now() + 60_000;
