@@ -392,7 +392,7 @@ export class HttpIdempotency<Tx = unknown> {
     if (execution.status === 'done') return this.withExpiry(response, execution); // the handler stored it via respond()
     if (execution.status === 'lost') return this.leaseLost();
     if (execution.status === 'released') return response;
-    if (!execution.workStarted && (context.rejected || this.discardStatuses.has(response.status) || this.releaseStatuses.has(response.status))) {
+    if (this.keepsNothing(context, response.status)) {
       // A rejection, or "try again later" (503): nothing happened, so nothing is kept; the
       // handler's Retry-After passes through (protocol.md H9).
       await execution.discard().catch(() => undefined); // if the store is down the lease just runs out
@@ -407,9 +407,19 @@ export class HttpIdempotency<Tx = unknown> {
       return this.fail(context, error);
     }
     const { stored, response: sent } = captured;
+    return (await this.record(execution, stored)) ?? this.withExpiry(sent, execution);
+  }
+
+  /** True when a response of `status` keeps nothing: a rejection or "try again later" before any work (protocol.md H9). */
+  private keepsNothing(context: IdempotencyContext<Tx>, status: number): boolean {
+    return !context.execution.workStarted && (context.rejected || this.discardStatuses.has(status) || this.releaseStatuses.has(status));
+  }
+
+  /** Finishes `execution` with `stored` (fenced): undefined when recorded, else the answer to send instead (409 lease lost, 503 store down). */
+  private async record(execution: Execution<Tx>, stored: StoredResponse): Promise<Response | undefined> {
     try {
       await execution.finish(stored);
-      return this.withExpiry(sent, execution);
+      return undefined;
     } catch (error) {
       if (error instanceof LeaseLostError) return this.leaseLost();
       await execution.release().catch(() => undefined);
@@ -427,36 +437,33 @@ export class HttpIdempotency<Tx = unknown> {
     const execution = context.execution;
     const { status, body } = held;
     const stored =
-      execution.status === 'open' &&
-      !isNullBodyStatus(status) &&
-      body.length <= this.maxResponseBytes &&
-      (execution.workStarted || !(context.rejected || this.discardStatuses.has(status) || this.releaseStatuses.has(status)))
+      execution.status === 'open' && !isNullBodyStatus(status) && body.length <= this.maxResponseBytes && !this.keepsNothing(context, status)
         ? storedHeaders(held.headers, this.keepHeader)
         : undefined;
     if (stored === undefined) return this.complete(context, bodyResponse(status, body, { headers: toHeaders(held.headers) }));
-    try {
-      await execution.finish({ status, headers: stored, body });
-    } catch (error) {
-      if (error instanceof LeaseLostError) return this.leaseLost();
-      await execution.release().catch(() => undefined);
-      return this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' }).response;
-    }
-    const headers: Array<[string, string]> = [];
-    if (this.expiresHeader && execution.retentionEndsAt) headers.push([this.expiresHeader.toLowerCase(), httpDate(execution.retentionEndsAt.getTime())]);
-    return { kind: 'send-held', headers };
+    const refused = await this.record(execution, { status, headers: stored, body });
+    if (refused) return refused;
+    const expiry = this.expiry(execution);
+    return { kind: 'send-held', headers: expiry ? [[expiry[0].toLowerCase(), expiry[1]]] : [] };
+  }
+
+  /** The expiry header, name and value, when it is on and the retention end is known (protocol.md H40). */
+  private expiry(execution: Execution<Tx>): [string, string] | undefined {
+    return this.expiresHeader && execution.retentionEndsAt ? [this.expiresHeader, httpDate(execution.retentionEndsAt.getTime())] : undefined;
   }
 
   /** `response` with the expiry header when it is on and the retention end is known (protocol.md H40). */
   private withExpiry(response: Response, execution: Execution<Tx>): Response {
-    if (!this.expiresHeader || !execution.retentionEndsAt) return response;
-    const value = httpDate(execution.retentionEndsAt.getTime());
+    const expiry = this.expiry(execution);
+    if (expiry === undefined) return response;
+    const [name, value] = expiry;
     try {
-      response.headers.set(this.expiresHeader, value);
+      response.headers.set(name, value);
       return response;
     } catch {
       // Immutable headers (a fetched or framework-made Response): the same response, one header more.
       const headers = new Headers(response.headers);
-      headers.set(this.expiresHeader, value);
+      headers.set(name, value);
       return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
     }
   }
