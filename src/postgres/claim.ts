@@ -5,6 +5,7 @@ import type { StoreContext } from './options.js';
 import { readRecord } from './responses.js';
 import { blobRef, type Row } from './rows.js';
 import type { PartitionedStatements } from './sql.js';
+import { ReplayShare } from '../store/replay-share.js';
 
 /** The claim's result when this worker won: the token and claim id of the row it wrote. */
 function claimed(row: Row): ClaimResult {
@@ -27,13 +28,16 @@ function claimed(row: Row): ClaimResult {
  * own, however few columns a hit returns; bench/notes.md, `--only=claim-path`), so the switch stays.
  *
  * `replayShare` is an exponentially weighted share of replays among the last claims
- * (weight 1/16: a switch of workload is followed within about a dozen claims).
+ * (../store/replay-share.ts, shared with the Redis store's adaptive fast path).
  */
-const replayShare = new WeakMap<StoreContext, number>();
-const REPLAY_WEIGHT = 1 / 16;
+const replayShare = new WeakMap<StoreContext, ReplayShare>();
 function observe(ctx: StoreContext, replay: boolean): void {
-  const share = replayShare.get(ctx) ?? 0;
-  replayShare.set(ctx, share + ((replay ? 1 : 0) - share) * REPLAY_WEIGHT);
+  let share = replayShare.get(ctx);
+  if (!share) {
+    share = new ReplayShare();
+    replayShare.set(ctx, share);
+  }
+  share.add(replay);
 }
 
 /**
@@ -58,7 +62,7 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
   // claim would draw a token and lock the finished row on every replay), on a plain table
   // while replays are frequent (see `replayShare`), never with group commit: the batched claim
   // reads first itself (protocol.md K19).
-  const readFirst = !ctx.group && (ctx.psql !== undefined || ctx.citus !== undefined || (pinned.get(ctx) ?? (replayShare.get(ctx) ?? 0) >= 0.5));
+  const readFirst = !ctx.group && (ctx.psql !== undefined || ctx.citus !== undefined || (pinned.get(ctx) ?? replayShare.get(ctx)?.frequent() === true));
   if (readFirst) {
     const done = (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
     if (done && done.state === KeyState.Done && done.retention_expired !== true) {

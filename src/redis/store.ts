@@ -32,7 +32,7 @@ import { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } fr
 import { hex, phases, recordOf, retentionLeft, toFields, toRecord, toSnapshot } from './records.js';
 import { hashKey, indexKey, indexMember, parseMember, tokenKey, validatePrefix } from './keys.js';
 import type { LedgerState, PhaseLedger } from './pg-phases.js';
-import { ReplayShare } from './replay-share.js';
+import { ReplayShare } from '../store/replay-share.js';
 import { ServerClock } from './server-clock.js';
 import { ShardChannelFeed } from './subscriber.js';
 

@@ -1,12 +1,12 @@
 /**
- * The recent share of replays among a store's claims, for `replayFastPath: 'adaptive'`
- * (docs/protocol.md K28; the same switch as the PostgreSQL store's `replayShare`, K3): the replay
- * fast path's `HGETALL` pays for itself while retries of finished keys are frequent, and is a
- * round trip wasted on every new key otherwise. An exponentially weighted share (weight 1/16: a
+ * The recent share of replays among a store's claims: the switch between reading first and
+ * claiming first of the PostgreSQL store (docs/protocol.md K3) and of the Redis store's
+ * `replayFastPath: 'adaptive'` (K28). A read first pays for itself while retries of finished
+ * keys are frequent, and is a round trip wasted on every new key otherwise. An exponentially weighted share (weight 1/16: a
  * switch of workload is followed within about a dozen claims). Each claim adds what it found,
- * whichever way it was answered (the claim script returns a finished key's fields too), so a
+ * whichever way it was answered (a claim returns a finished key too), so a
  * skipped fast path is taken again as soon as retries come back. Only the cost depends on it:
- * both ways decide the same (the script by the server's own clock).
+ * both ways decide the same.
  */
 
 /** Weight of the newest claim in the share. */
