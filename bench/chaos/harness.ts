@@ -129,6 +129,13 @@ export interface ChaosResult {
   duplicates: { psp: number; local: number };
   /** Intents the clients got no final answer for within the horizon. */
   unanswered: number;
+  /**
+   * Intents whose final answer is the stored 500 `request-failed-permanently`: their key's
+   * leases ran out unreleased `maxAttempts` times (protocol.md K23). In a chaos run that is the
+   * random SIGKILLs landing on one key's attempts five times, which a busy machine makes
+   * likelier (each attempt takes longer); a final answer, counted apart.
+   */
+  failedPermanently: number;
   /** Time from an intent's first attempt to its final response, ms. */
   p50Ms: number;
   p99Ms: number;
@@ -140,6 +147,9 @@ export interface ChaosResult {
   /** Every invariant that did not hold, one line each (empty: all held). */
   violations: string[];
 }
+
+/** The problem type of a key ended by its attempts (protocol.md K23), as the example's format spells it. */
+const FAILED_PERMANENTLY = 'request-failed-permanently';
 
 interface Slot {
   index: number;
@@ -439,10 +449,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     const duplicates = { psp: 0, local: 0 };
     const lostCharges: string[] = [];
     let unanswered = 0;
+    let failedPermanently = 0;
     const elapsed: number[] = [];
     const keys = o.mode === 'idem' ? await keysView.all() : new Map<string, Record<string, unknown>>();
     let differing = 0;
     let lostRows = 0;
+    const unansweredSamples: string[] = [];
     for (const intent of intents) {
       const p = psp.get(intent.customer) ?? 0;
       const l = local.get(intent.customer) ?? 0;
@@ -450,9 +462,20 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       if (l > 1) duplicates.local++;
       if (p === 0 || l === 0) lostCharges.push(intent.id);
       const finals = [...intent.sends, ...(intent.replay ? [intent.replay] : [])].map((s) => s.final);
-      if (intent.sends.some((s) => !s.final)) unanswered++;
-      else elapsed.push(intent.sends[0]!.elapsedMs);
+      if (intent.sends.some((s) => !s.final)) {
+        unanswered++;
+        // Why: each copy's last attempts, and where the key ended (after the final completer).
+        if (unansweredSamples.length < 3) {
+          const row = keys.get(`chaos-${intent.id}`);
+          const copies = intent.sends.map(
+            (s, i) =>
+              `copy ${i + 1}: ${s.final ? `final ${s.final.status}` : `${s.attempts} attempts, last ${s.history.join(' ')}${s.lastErrorBody ? ` (last 5xx: ${s.lastErrorBody})` : ''}`}`,
+          );
+          unansweredSamples.push(`  chaos-${intent.id} (key ${row ? row.state : 'absent'}; PSP charges ${p}, local ${l}): ${copies.join('; ')}`);
+        }
+      } else elapsed.push(intent.sends[0]!.elapsedMs);
       const first = finals.find((f) => f);
+      if (first?.status === 500 && new TextDecoder().decode(first.body).includes(FAILED_PERMANENTLY)) failedPermanently++;
       if (first && finals.some((f) => f && (f.status !== first.status || !Buffer.from(f.body).equals(Buffer.from(first.body))))) differing++;
       if (o.mode === 'idem' && first) {
         const row = keys.get(`chaos-${intent.id}`);
@@ -463,7 +486,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     if (duplicates.local > 0) violations.push(`${duplicates.local} intents with more than one local charge row`);
     if (lostCharges.length > 0) violations.push(`${lostCharges.length} intents with no charge (PSP or local), e.g. ${lostCharges[0]}`);
     if (differing > 0) violations.push(`${differing} intents whose responses (copies, retries, replay) were not byte-identical`);
-    if (unanswered > 0) violations.push(`${unanswered} intents got no final answer within ${o.horizonMs} ms`);
+    if (unanswered > 0) violations.push(`${unanswered} intents got no final answer within ${o.horizonMs} ms:\n${unansweredSamples.join('\n')}`);
     if (o.mode === 'idem') {
       if (lostRows > 0) violations.push(`${lostRows} answered intents whose finished row is missing or differs from what the client got`);
       const left = await keysView.started();
@@ -485,6 +508,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       leaseLost409: intents.reduce((n, i) => n + i.sends.reduce((m, s) => m + s.leaseLost409, 0), 0),
       duplicates,
       unanswered,
+      failedPermanently,
       p50Ms: percentile(elapsed, 0.5),
       p99Ms: percentile(elapsed, 0.99),
       overdueStarted,

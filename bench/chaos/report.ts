@@ -23,6 +23,10 @@ export function figuresTable(idem: ChaosResult, naive: ChaosResult | undefined):
     ['duplicates: intents charged twice at the PSP', (r) => String(r.duplicates.psp)],
     ['duplicates: intents with two local charge rows', (r) => String(r.duplicates.local)],
     ['intents without a final answer', (r) => String(r.unanswered)],
+    [
+      'intents answered "failed permanently" (K23: leases ended unreleased maxAttempts times)',
+      (r) => (r.mode === 'naive' ? 'n/a' : String(r.failedPermanently)),
+    ],
     ['time to final response p50 / p99', (r) => `${r.p50Ms} ms / ${r.p99Ms} ms`],
     ['keys finished by the final completer pass', (r) => (r.mode === 'naive' ? 'n/a' : String(r.finalCompleter.reduce((n, p) => n + p.completed, 0)))],
     ['invariants', (r) => (r.violations.length === 0 ? 'all held' : `${r.violations.length} violated`)],

@@ -1,9 +1,13 @@
 /**
  * The client side of an intent: one idempotency key, the same body bytes on every attempt,
- * retries on network errors, attempt timeouts, 409 and 5xx with exponential backoff and full
- * jitter, honouring Retry-After (protocol.md H21-H22). A minimal stand-in for `idem/client`
- * (issue 3), kept in this one file so the real client can replace it.
+ * retries on network errors, attempt timeouts, 409, 429 and 5xx with exponential backoff and
+ * full jitter, honouring Retry-After (protocol.md H21-H22). Which answers are final is
+ * `idem/client`'s own rule (`classifyStatus`): a replay (`Idempotent-Replayed: true`) is the
+ * key's stored outcome and final whatever its status, as the 500 problem
+ * `request-failed-permanently` of a key whose leases ran out unreleased `maxAttempts` times
+ * (protocol.md K23): sending it again gets the same answer until the horizon.
  */
+import { classifyStatus, parseRetryAfterMs } from '../../src/client/retry-policy.js';
 
 export interface Attempted {
   /** The final response: status and exact body bytes; `undefined` when the horizon ran out. */
@@ -14,6 +18,14 @@ export interface Attempted {
   leaseLost409: number;
   /** ms from the first attempt to the final response. */
   elapsedMs: number;
+  /**
+   * What each attempt got, oldest first (the last 12): a status (`409`, `502`…) or the error
+   * (`timeout`, `reset`), with the ms since the first attempt: `409@5300`. Says why an intent
+   * got no final answer.
+   */
+  history: string[];
+  /** The body of the last 5xx answer (its first 300 bytes), when there was no final answer. */
+  lastErrorBody?: string;
 }
 
 export interface SendOptions {
@@ -31,13 +43,19 @@ export interface SendOptions {
 
 const LEASE_LOST = 'urn:idem:problem:idempotency-lease-lost';
 
-/** POSTs until a final answer (2xx, or 4xx other than 409/429) or the horizon. */
+/** POSTs until a final answer (2xx, 4xx other than 409/429, any replay) or the horizon. */
 export async function sendWithRetries(o: SendOptions): Promise<Attempted> {
   const start = Date.now();
   const base = o.baseBackoffMs ?? 50;
   const cap = o.maxBackoffMs ?? 1000;
   let attempts = 0;
   let leaseLost409 = 0;
+  const history: string[] = [];
+  let lastErrorBody: string | undefined;
+  const note = (what: string) => {
+    history.push(`${what}@${Date.now() - start}`);
+    if (history.length > 12) history.shift();
+  };
   for (;;) {
     attempts++;
     let retryAfterMs = 0;
@@ -49,22 +67,26 @@ export async function sendWithRetries(o: SendOptions): Promise<Attempted> {
         signal: AbortSignal.timeout(o.attemptTimeoutMs),
       });
       const body = new Uint8Array(await res.arrayBuffer());
-      const retryable = res.status === 409 || res.status === 429 || res.status >= 500;
-      if (!retryable) {
+      const replayed = res.headers.get('idempotent-replayed') === 'true';
+      note(String(res.status));
+      if (res.status >= 500 && body.length > 0) lastErrorBody = new TextDecoder().decode(body.subarray(0, 300));
+      if (classifyStatus(res.status, replayed) === 'final') {
         return {
-          final: { status: res.status, body, replayed: res.headers.get('idempotent-replayed') === 'true' },
+          final: { status: res.status, body, replayed },
           attempts,
           leaseLost409,
           elapsedMs: Date.now() - start,
+          history,
         };
       }
       if (res.status === 409 && new TextDecoder().decode(body).includes(LEASE_LOST)) leaseLost409++;
-      const header = Number(res.headers.get('retry-after'));
-      if (Number.isFinite(header) && header > 0) retryAfterMs = Math.min(header * 1000, cap);
-    } catch {
+      retryAfterMs = Math.min(parseRetryAfterMs(res.headers.get('retry-after'), Date.now()) ?? 0, cap);
+    } catch (error) {
       // network error, reset or attempt timeout: retry with the same key
+      const name = (error as Error)?.name;
+      note(name === 'TimeoutError' ? 'timeout' : name === 'TypeError' ? 'network' : String(name));
     }
-    if (Date.now() - start > o.horizonMs) return { attempts, leaseLost409, elapsedMs: Date.now() - start };
+    if (Date.now() - start > o.horizonMs) return { attempts, leaseLost409, elapsedMs: Date.now() - start, history, lastErrorBody };
     const backoff = Math.random() * Math.min(cap, base * 2 ** Math.min(attempts - 1, 10));
     await new Promise((resolve) => setTimeout(resolve, Math.max(backoff, retryAfterMs)));
   }
