@@ -460,8 +460,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       const l = local.get(intent.customer) ?? 0;
       if (p > 1) duplicates.psp++;
       if (l > 1) duplicates.local++;
-      if (p === 0 || l === 0) lostCharges.push(intent.id);
       const finals = [...intent.sends, ...(intent.replay ? [intent.replay] : [])].map((s) => s.final);
+      const first = finals.find((f) => f);
+      // A key ended by K23 may have stopped before its charge, or between the two: at most one each.
+      const endedByK23 = first?.status === 500 && new TextDecoder().decode(first.body).includes(FAILED_PERMANENTLY);
+      if (endedByK23) failedPermanently++;
+      else if (p === 0 || l === 0) lostCharges.push(intent.id);
       if (intent.sends.some((s) => !s.final)) {
         unanswered++;
         // Why: each copy's last attempts, and where the key ended (after the final completer).
@@ -474,8 +478,6 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           unansweredSamples.push(`  chaos-${intent.id} (key ${row ? row.state : 'absent'}; PSP charges ${p}, local ${l}): ${copies.join('; ')}`);
         }
       } else elapsed.push(intent.sends[0]!.elapsedMs);
-      const first = finals.find((f) => f);
-      if (first?.status === 500 && new TextDecoder().decode(first.body).includes(FAILED_PERMANENTLY)) failedPermanently++;
       if (first && finals.some((f) => f && (f.status !== first.status || !Buffer.from(f.body).equals(Buffer.from(first.body))))) differing++;
       if (o.mode === 'idem' && first) {
         const row = keys.get(`chaos-${intent.id}`);
