@@ -12,7 +12,7 @@ import type { BenchConfig } from './lib/config.js';
 import { uniqueTable } from './lib/config.js';
 import { dropTable, type Section } from './lib/fixtures.js';
 import { cannon, cycle, duplicates, seedKeys, startServer } from './lib/http-load.js';
-import { fmtMs, fmtRate, interleave, ratio, type Sampled } from './lib/measure.js';
+import { fmtMs, fmtNoise, fmtRate, interleave, ratio, type Sampled } from './lib/measure.js';
 
 const PEERS = [
   ['/idem', 'idem (PostgreSQL store)'],
@@ -88,22 +88,22 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
   const idem = rows[0]!;
   const lines = [
     `One Express 5 server in its own process; every route runs the same no-op handler (201, small JSON) behind one library. ` +
-      `Load: autocannon, ${cfg.httpConnections} connections, ${cfg.httpS} s per run, new keys and replays interleaved over ${cfg.httpRounds} rounds. ` +
+      `Load: autocannon, ${cfg.httpConnections} connections, ${cfg.httpS} s per run, new keys and replays interleaved over ${cfg.httpRounds} rounds; *noise* is the spread of one side's rounds, (max − min) / median. ` +
       `Correctness: ${cfg.duplicateTrials} trials of ${cfg.duplicates} concurrent duplicates of one fresh key; *handler runs* lists how many times the handler ran in each trial (correct: 1 every time).`,
     '',
-    '| library | new keys ops/s | p50 / p99 ms | replays ops/s | p50 / p99 ms | replay vs idem | handler runs per trial | correct | statuses seen |',
-    '|---|---:|---:|---:|---:|---:|---|---|---|',
+    '| library | new keys ops/s | p50 / p99 ms | replays ops/s | p50 / p99 ms | noise new / replay | replay vs idem | handler runs per trial | correct | statuses seen |',
+    '|---|---:|---:|---:|---:|---:|---:|---|---|---|',
   ];
   for (const r of rows) {
     if (r.error && !r.fresh) {
       lines.push(
-        `| ${r.label} | failed: ${r.error} | | | | | ${r.runs.join(', ')} | ${r.runs.length && r.runs.every((n) => n === 1) ? 'yes' : 'no'} | ${[...r.statuses].join(', ')} |`,
+        `| ${r.label} | failed: ${r.error} | | | | | | ${r.runs.join(', ')} | ${r.runs.length && r.runs.every((n) => n === 1) ? 'yes' : 'no'} | ${[...r.statuses].join(', ')} |`,
       );
       continue;
     }
     const correct = r.runs.every((n) => n === 1);
     lines.push(
-      `| ${r.label} | ${fmtRate(r.fresh!.opsPerSec)} | ${fmtMs(r.fresh!.p50Ms)} / ${fmtMs(r.fresh!.p99Ms)} | ${fmtRate(r.replay!.opsPerSec)} | ${fmtMs(r.replay!.p50Ms)} / ${fmtMs(r.replay!.p99Ms)} | ` +
+      `| ${r.label} | ${fmtRate(r.fresh!.opsPerSec)} | ${fmtMs(r.fresh!.p50Ms)} / ${fmtMs(r.fresh!.p99Ms)} | ${fmtRate(r.replay!.opsPerSec)} | ${fmtMs(r.replay!.p50Ms)} / ${fmtMs(r.replay!.p99Ms)} | ${fmtNoise(r.fresh!.noise)} / ${fmtNoise(r.replay!.noise)} | ` +
         `${idem.replay ? ratio(r.replay!.opsPerSec, idem.replay.opsPerSec) : 'n/a'} | ${r.runs.join(', ')} | ${correct ? '**yes**' : '**no**'} | ${[...r.statuses].sort().join(', ')} |`,
     );
   }
@@ -122,7 +122,7 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
   if (cached.replay && fastest) {
     targets['peers-replay'] = {
       value: cached.replay.opsPerSec / fastest.replay!.opsPerSec,
-      detail: `${cached.label} ${fmtRate(cached.replay.opsPerSec)} / ${fastest.label} ${fmtRate(fastest.replay!.opsPerSec)} replays/s`,
+      detail: `${cached.label} ${fmtRate(cached.replay.opsPerSec)} / ${fastest.label} ${fmtRate(fastest.replay!.opsPerSec)} replays/s, noise ${fmtNoise(cached.replay.noise)} / ${fmtNoise(fastest.replay!.noise)}`,
       whyMissed:
         cached === idem
           ? 'measured without the replay cache (not in this build): every replay on idem is a PostgreSQL round trip, against peers answering from memory or from Redis without persistence.'
@@ -139,7 +139,7 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
       const what = kind === 'fresh' ? 'new keys' : 'replays';
       targets[kind === 'fresh' ? 'peers-redis-new' : 'peers-redis-replay'] = {
         value: idemRedis[kind]!.opsPerSec / best[kind]!.opsPerSec,
-        detail: `${idemRedis.label} ${fmtRate(idemRedis[kind]!.opsPerSec)} / ${best.label} ${fmtRate(best[kind]!.opsPerSec)} ${what}/s`,
+        detail: `${idemRedis.label} ${fmtRate(idemRedis[kind]!.opsPerSec)} / ${best.label} ${fmtRate(best[kind]!.opsPerSec)} ${what}/s, noise ${fmtNoise(idemRedis[kind]!.noise)} / ${fmtNoise(best[kind]!.noise)}`,
         whyMissed:
           "most of idem's cost per request here is its HTTP path (the fingerprint, the engine, the captured and replayed response), the same with the in-memory store; " +
           'the Redis store adds a claim and a fenced finish script per new key where the peers send two plain commands (bench/notes.md, "Redis store").',
