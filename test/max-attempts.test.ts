@@ -58,6 +58,8 @@ function attempts(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: ()
     assert.equal(last.headers.get('idempotent-replayed'), null);
     const problem = await assertProblem(last, 500, 'request-failed-permanently');
     assert.match(String(problem.detail), /5 attempts/);
+    // No step completed: nothing to undo, so a new key is the advice.
+    assert.match(String(problem.detail), /send it with a new key/);
     assert.deepEqual({ ...(await failedAttempts(db(), table, 'nul-1')) }, { state: 'done', failed_attempts: 5 });
     for (let i = 0; i < 2; i++) {
       const replay = await send();
@@ -65,6 +67,27 @@ function attempts(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: ()
       await assertProblem(replay, 500, 'request-failed-permanently');
     }
     assert.equal(counter.H, 5, 'the handler ran five times, never again');
+  });
+
+  it('a failure after a committed step, on every attempt: the permanent problem says the step completed and warns that a new key runs it again', async () => {
+    let notesTable = '';
+    const { app, counter } = await setup(async (_req, ctx) => {
+      // A charge row, committed once (a retry resumes past it), then a failure every time.
+      await ctx!.phase('charged', async (tx) => tx.query(`INSERT INTO "${notesTable}" (customer) VALUES ('cus_1')`));
+      throw new Error('receipt renderer crashed');
+    }).then((t) => {
+      notesTable = t.notes;
+      return t;
+    });
+    const send = () => app.send('/v1/charges', requestInit({ key: 'after-step-1', json: { customer: 'cus_1' } }));
+    for (let attempt = 1; attempt <= 4; attempt++) await assertProblem(await send(), 500, 'request-failed-retry');
+    const problem = await assertProblem(await send(), 500, 'request-failed-permanently');
+    assert.match(String(problem.detail), /after some of its steps had completed \(recovery point charged\)/);
+    assert.match(String(problem.detail), /check them before sending the request again with a new key/);
+    assert.doesNotMatch(String(problem.detail), /Fix the request and send it with a new key/);
+    assert.equal(counter.H, 5);
+    const { rows } = await db().query(`SELECT count(*)::int AS n FROM "${notesTable}"`);
+    assert.equal(rows[0]!.n, 1, 'the step ran once');
   });
 
   it('maxAttempts is an option; infrastructure failures (dropped connection, SQLSTATE 08, mysql2 connection loss and deadlock, errors marked transient) do not count', async () => {
