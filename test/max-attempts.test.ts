@@ -82,12 +82,33 @@ function attempts(harness: AdapterHarness, db: () => SqlClient, cleanup: (fn: ()
     const send = () => app.send('/v1/charges', requestInit({ key: 'after-step-1', json: { customer: 'cus_1' } }));
     for (let attempt = 1; attempt <= 4; attempt++) await assertProblem(await send(), 500, 'request-failed-retry');
     const problem = await assertProblem(await send(), 500, 'request-failed-permanently');
-    assert.match(String(problem.detail), /after some of its steps had completed \(recovery point charged\)/);
+    assert.match(String(problem.detail), /after some of its steps had completed \(recovery point 'charged'\)/);
     assert.match(String(problem.detail), /check them before sending the request again with a new key/);
     assert.doesNotMatch(String(problem.detail), /Fix the request and send it with a new key/);
     assert.equal(counter.H, 5);
     const { rows } = await db().query(`SELECT count(*)::int AS n FROM "${notesTable}"`);
     assert.equal(rows[0]!.n, 1, 'the step ran once');
+  });
+
+  it('maxAttempts 1, two steps committed by the attempt that fails: the permanent problem names the later one', async () => {
+    let notesTable = '';
+    const { app } = await setup(
+      async (_req, ctx) => {
+        await ctx!.phase('charged', async (tx) => tx.query(`INSERT INTO "${notesTable}" (customer) VALUES ('cus_2')`));
+        await ctx!.phase('receipt', async () => 'r-1');
+        throw new Error('mailer crashed');
+      },
+      { maxAttempts: 1 },
+    ).then((t) => {
+      notesTable = t.notes;
+      return t;
+    });
+    const problem = await assertProblem(
+      await app.send('/v1/charges', requestInit({ key: 'after-step-2', json: { customer: 'cus_2' } })),
+      500,
+      'request-failed-permanently',
+    );
+    assert.match(String(problem.detail), /failed on 1 attempt after some of its steps had completed \(recovery point 'receipt'\)/);
   });
 
   it('maxAttempts is an option; infrastructure failures (dropped connection, SQLSTATE 08, mysql2 connection loss and deadlock, errors marked transient) do not count', async () => {

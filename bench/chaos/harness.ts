@@ -132,8 +132,9 @@ export interface ChaosResult {
   /**
    * Intents whose final answer is the stored 500 `request-failed-permanently`: their key's
    * leases ran out unreleased `maxAttempts` times (protocol.md K23). In a chaos run that is the
-   * random SIGKILLs landing on one key's attempts five times, which a busy machine makes
-   * likelier (each attempt takes longer); a final answer, counted apart.
+   * faults (random and self-inflicted SIGKILLs, workers frozen past their lease) landing on one
+   * key's attempts five times, which a busy machine makes likelier (each attempt takes longer);
+   * a final answer, counted apart.
    */
   failedPermanently: number;
   /** Time from an intent's first attempt to its final response, ms. */
@@ -148,8 +149,18 @@ export interface ChaosResult {
   violations: string[];
 }
 
-/** The problem type of a key ended by its attempts (protocol.md K23), as the example's format spells it. */
-const FAILED_PERMANENTLY = 'request-failed-permanently';
+/** The problem type of a key ended by its attempts (protocol.md K23). */
+const FAILED_PERMANENTLY = 'urn:idem:problem:request-failed-permanently';
+
+/** The `type` of a problem+json body, or undefined. */
+function problemType(body: Uint8Array): string | undefined {
+  try {
+    const type = (JSON.parse(new TextDecoder().decode(body)) as { type?: unknown }).type;
+    return typeof type === 'string' ? type : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 interface Slot {
   index: number;
@@ -462,10 +473,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       if (l > 1) duplicates.local++;
       const finals = [...intent.sends, ...(intent.replay ? [intent.replay] : [])].map((s) => s.final);
       const first = finals.find((f) => f);
-      // A key ended by K23 may have stopped before its charge, or between the two: at most one each.
-      const endedByK23 = first?.status === 500 && new TextDecoder().decode(first.body).includes(FAILED_PERMANENTLY);
+      // A key ended by K23 may have stopped before its charge row or before the PSP call (the
+      // example commits the row first, then calls): never a PSP charge without the row.
+      const endedByK23 = first !== undefined && first.status === 500 && problemType(first.body) === FAILED_PERMANENTLY;
       if (endedByK23) failedPermanently++;
-      else if (p === 0 || l === 0) lostCharges.push(intent.id);
+      if (endedByK23 ? p > 0 && l === 0 : p === 0 || l === 0) lostCharges.push(intent.id);
       if (intent.sends.some((s) => !s.final)) {
         unanswered++;
         // Why: each copy's last attempts, and where the key ended (after the final completer).
@@ -475,7 +487,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
             (s, i) =>
               `copy ${i + 1}: ${s.final ? `final ${s.final.status}` : `${s.attempts} attempts, last ${s.history.join(' ')}${s.lastErrorBody ? ` (last 5xx: ${s.lastErrorBody})` : ''}`}`,
           );
-          unansweredSamples.push(`  chaos-${intent.id} (key ${row ? row.state : 'absent'}; PSP charges ${p}, local ${l}): ${copies.join('; ')}`);
+          unansweredSamples.push(
+            `  chaos-${intent.id} (key ${o.mode === 'naive' ? 'n/a' : row ? row.state : 'absent'}; PSP charges ${p}, local ${l}): ${copies.join('; ')}`,
+          );
         }
       } else elapsed.push(intent.sends[0]!.elapsedMs);
       if (first && finals.some((f) => f && (f.status !== first.status || !Buffer.from(f.body).equals(Buffer.from(first.body))))) differing++;

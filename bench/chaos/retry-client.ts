@@ -20,7 +20,8 @@ export interface Attempted {
   elapsedMs: number;
   /**
    * What each attempt got, oldest first (the last 12): a status (`409`, `502`…) or the error
-   * (`timeout`, `reset`), with the ms since the first attempt: `409@5300`. Says why an intent
+   * (`timeout` for the attempt's own timeout, `network` for fetch's TypeError: refused, reset,
+   * closed; otherwise the error's name), with the ms since the first attempt: `409@5300`. Says why an intent
    * got no final answer.
    */
   history: string[];

@@ -86,6 +86,8 @@ export class Execution<Tx = unknown> {
   private timer: ReturnType<typeof setInterval> | undefined;
   private state: 'open' | 'done' | 'released' | 'lost' = 'open';
   private committed = 0;
+  /** The last phase or call this attempt recorded. */
+  private lastRecorded: string | undefined;
 
   /** @internal created by the engine */
   constructor(
@@ -124,6 +126,11 @@ export class Execution<Tx = unknown> {
   /** `open` while work may continue; otherwise how it ended: `done` (finished, response stored), `released` or `lost`. */
   get status(): 'open' | 'done' | 'released' | 'lost' {
     return this.state;
+  }
+
+  /** The recovery point now: the last phase or call recorded, in this attempt or before it (`resumedFrom` until one is). */
+  get recoveryPoint(): string {
+    return this.lastRecorded ?? this.resumedFrom;
   }
 
   /** True when at least one atomic phase has committed for this key, in this or an earlier attempt. */
@@ -179,6 +186,7 @@ export class Execution<Tx = unknown> {
     );
     if (outcome.kind === 'fenced') throw this.lost();
     this.results[name] = json;
+    this.lastRecorded = name;
     this.committed++;
     this.emit('phase-committed', name);
     return json as T;
@@ -211,6 +219,7 @@ export class Execution<Tx = unknown> {
     }));
     if (outcome.kind === 'fenced') throw this.lost();
     this.results[name] = json;
+    this.lastRecorded = name;
     this.committed++;
     this.emit('phase-committed', name);
     return json as T;

@@ -359,10 +359,11 @@ export class HttpIdempotency<Tx = unknown> {
   private async failPermanently(execution: Execution<Tx>, failed: number): Promise<Response> {
     // After a committed step (a charge row, a provider call) a new key would run every step
     // again: the detail says so instead of inviting a resend.
+    const attempts = `${failed} attempt${failed === 1 ? '' : 's'}`;
     const detail = execution.workStarted
-      ? `The request failed on ${failed} attempts after some of its steps had completed (recovery point ${execution.resumedFrom}), and will not be tried again with this idempotency key. ` +
+      ? `The request failed on ${attempts} after some of its steps had completed (recovery point '${execution.recoveryPoint}'), and will not be tried again with this idempotency key. ` +
         'Their effects remain: check them before sending the request again with a new key, which would run every step again.'
-      : `The request failed on ${failed} attempts and will not be tried again with this idempotency key. Fix the request and send it with a new key.`;
+      : `The request failed on ${attempts} and will not be tried again with this idempotency key. Fix the request and send it with a new key.`;
     const final = this.problem(ProblemKind.FailedPermanently, 500, detail).response;
     const { stored, response } = await this.capture(final);
     await execution.finish(stored);
