@@ -198,7 +198,7 @@ npm run bench -- --quick --only=library --concurrencies=1,16,64
 node --import tsx bench/profile-http.ts  # CPU profiles of an HTTP replay (bench/out/profile/)
 \`\`\`
 
-## Targets (issue 18)
+## Targets (issues 18, 27, 28 and 29)
 
 Each ratio is the two sides measured side by side in one section's run (the sections may come
 from different runs when merged with \`--only\`: see each section's date).

@@ -1,5 +1,5 @@
 /**
- * The targets of issue 18 item 6, in the order the report's summary lists them. A section
+ * The targets (issue 18 item 6, issues 27, 28 and 29), in the order the report's summary lists them. A section
  * returns measured values under these ids (`Section.targets`); a target whose section did
  * not run, or did not measure it, is listed as not measured, so the summary always shows
  * every target.
