@@ -27,6 +27,7 @@ import { mysqlDatabase } from '../../examples/payments/mysql.js';
 import type { Queryable } from '../../src/postgres/index.js';
 import { runCompleterOnce } from '../../examples/payments/complete.js';
 import type { CompleterReport } from '../../src/http/index.js';
+import { PROBLEM_TYPE_PREFIX, ProblemKind } from '../../src/http/problem.js';
 import { startFaultProxy } from './fault-proxy.js';
 import { startFront } from './front.js';
 import { dropRedisPrefix, mysqlKeys, postgresKeys, redisKeys, type KeysView } from './keys-view.js';
@@ -150,7 +151,7 @@ export interface ChaosResult {
 }
 
 /** The problem type of a key ended by its attempts (protocol.md K23). */
-const FAILED_PERMANENTLY = 'urn:idem:problem:request-failed-permanently';
+const FAILED_PERMANENTLY = PROBLEM_TYPE_PREFIX + ProblemKind.FailedPermanently;
 
 /** The `type` of a problem+json body, or undefined. */
 function problemType(body: Uint8Array): string | undefined {

@@ -128,6 +128,15 @@ export class Execution<Tx = unknown> {
     return this.state;
   }
 
+  /** Notes a phase or call the store recorded (its result, the recovery point) and reports it. */
+  private recorded(name: string, json: unknown): unknown {
+    this.results[name] = json;
+    this.lastRecorded = name;
+    this.committed++;
+    this.emit('phase-committed', name);
+    return json;
+  }
+
   /** The recovery point now: the last phase or call recorded, in this attempt or before it (`resumedFrom` until one is). */
   get recoveryPoint(): string {
     return this.lastRecorded ?? this.resumedFrom;
@@ -185,11 +194,7 @@ export class Execution<Tx = unknown> {
       fn,
     );
     if (outcome.kind === 'fenced') throw this.lost();
-    this.results[name] = json;
-    this.lastRecorded = name;
-    this.committed++;
-    this.emit('phase-committed', name);
-    return json as T;
+    return this.recorded(name, json) as T;
   }
 
   /**
@@ -218,11 +223,7 @@ export class Execution<Tx = unknown> {
       leaseMs: this.settings.leaseMs,
     }));
     if (outcome.kind === 'fenced') throw this.lost();
-    this.results[name] = json;
-    this.lastRecorded = name;
-    this.committed++;
-    this.emit('phase-committed', name);
-    return json as T;
+    return this.recorded(name, json) as T;
   }
 
   /**
