@@ -29,6 +29,8 @@
  * (src/redis/subscriber.ts) hear of exactly the changes that happened. The channel is the hash's
  * own name, a shard channel in its slot (on Cluster it stays on the key's shard). `pcall`: on a
  * Redis without sharded pub/sub (before 7) the write stands and waiters end at their deadline.
+ * Sent whether or not anyone waits (protocol.md K30): checking first (`PUBSUB SHARDNUMSUB`)
+ * costs the server more than the `SPUBLISH` it would save.
  *
  * Fencing (protocol.md K8): every write after the claim first checks `tok == ARGV[1]` and
  * `st == started`; a mismatch changes nothing and returns `false` (nil), which the store
