@@ -143,6 +143,35 @@ for (const engine of engines) {
       if (begun.kind === 'execute') await begun.execution.release();
     });
 
+    it('rolls the batch back when a key in it is claimed after the batch read it: the claim keeps the key, its effects never commit, the rest run on their own', {
+      // PGlite runs one transaction at a time: a claim from inside the batch's effects would wait for it.
+      skip: engine.name === 'pglite',
+    }, async () => {
+      const { consumer, effects, counts } = await setup();
+      const [first, second, raced] = [randomUUID(), randomUUID(), randomUUID()];
+      const print = (await import('../src/core/fingerprint.js')).fingerprint({
+        method: 'MESSAGE',
+        path: 'orders',
+        contentType: 'application/json',
+        body: json({ id: raced }),
+      });
+      let begun: Awaited<ReturnType<typeof consumer.engine.begin>> | undefined;
+      const out = await consumer.consumeBatch([message(first), message(second), message(raced)], async (tx, m) => {
+        // Inside the batch, after its read: another consumer claims `raced` on its own connection.
+        begun ??= await consumer.engine.begin({ scope: 'orders', key: raced, fingerprint: print });
+        return effects(tx, m);
+      });
+      assert.equal(begun?.kind, 'execute', 'the other claim won: the batch had written nothing for the key');
+      assert.deepEqual(out[0], { action: 'ack', reason: 'processed' });
+      assert.deepEqual(out[1], { action: 'ack', reason: 'processed' });
+      assert.equal(out[2]!.action === 'retry' && out[2]!.reason, 'in-progress');
+      const c = await counts();
+      assert.equal(c.get(first), 1, 'applied once: the rolled-back batch left nothing');
+      assert.equal(c.get(second), 1);
+      assert.equal(c.get(raced), undefined, "the holder's key was never applied by the batch");
+      if (begun?.kind === 'execute') await begun.execution.release();
+    });
+
     it('dead-letters an invalid message id on its own, and processes the rest of the batch', async () => {
       const { consumer, effects, counts } = await setup();
       const ok = randomUUID();

@@ -1,18 +1,19 @@
 /**
- * A batch of keys claimed, applied and finished in one transaction (protocol.md K39), for a
- * consumer that received several deliveries at once: one BEGIN, one claim statement, the
- * effects, one fenced finish statement and one COMMIT serve the whole batch, where each key on
- * its own would take a claim, a transaction and a finish.
+ * A batch of keys applied and finished in one transaction (protocol.md K39), for a consumer
+ * that received several deliveries at once: one BEGIN, one read of the keys' rows, the effects
+ * of the new keys, one statement inserting their rows already finished (fenced by the primary
+ * key) and one COMMIT serve the whole batch, where each key on its own would take a claim, a
+ * transaction and a finish, and write its row twice.
  */
 import type { BatchInput, BatchOutcome, StoredResponse } from '../store/types.js';
 import type { StoreContext } from './options.js';
 import { readRecord, storedForm } from './responses.js';
 import type { Row } from './rows.js';
 
-/** Thrown inside the transaction to roll it back: a finish matched no row (cannot happen while the claim's row lock is held). */
+/** Thrown inside the transaction to roll it back: a key of the batch was claimed since the read (protocol.md K39 1). */
 class BatchFenced extends Error {
   constructor() {
-    super('idem/postgres: a batched finish was fenced; the batch rolled back');
+    super('idem/postgres: a key of the batch was claimed since its read; the batch rolled back');
   }
 }
 
@@ -32,33 +33,29 @@ export async function commitBatch<Tx>(
   const outcomes: BatchOutcome[] = items.map(() => ({ kind: 'alone' }));
   const existing: Array<{ index: number; row: Row }> = [];
   await ctx.db.clientTransaction(async (tx, sql) => {
-    const claimJson = JSON.stringify(
-      items.map((i) => ({ s: scope, k: i.key, f: hex(i.fingerprint), l: Math.round(input.leaseMs), r: Math.round(input.retentionMs) })),
-    );
-    const rows = (await ctx.db.queryOn(sql, ctx.sql.groupClaim, [claimJson])).rows;
+    const readJson = JSON.stringify(items.map((i) => ({ s: scope, k: i.key, r: Math.round(input.retentionMs) })));
+    const rows = (await ctx.db.queryOn(sql, ctx.sql.batchRead, [readJson])).rows;
     const byKey = new Map(rows.map((row) => [String(row.key), row]));
-    const finishes: Array<{ k: string; v: number; st: number; h: string; b: string; kid: string | null }> = [];
+    const inserts: Array<{ k: string; f: string; st: number; h: string; b: string; kid: string | null }> = [];
     for (let index = 0; index < items.length; index++) {
-      const row = byKey.get(items[index]!.key);
-      if (!row) continue; // lost a race to another claim of the key: its own path decides
-      if (row.kind !== 'claimed') {
+      const item = items[index]!;
+      const row = byKey.get(item.key);
+      if (row) {
         // Past retention with its lease ended: replaced on the key's own path, like a claim does.
         if (!(row.retention_expired === true && row.lease_expired === true)) existing.push({ index, row });
         continue;
       }
-      const ref = { scope, key: items[index]!.key, token: Number(row.lock_version) };
       const response = await effects(tx, index);
-      const form = storedForm(ctx, ref, response);
+      const form = storedForm(ctx, { scope, key: item.key }, response);
       // An out-of-line body needs its blob written with the row: such a batch goes key by key.
       if (form.blob) throw new BatchTooLarge();
-      finishes.push({ k: ref.key, v: ref.token, st: response.status, h: form.headers, b: base64(form.body!), kid: form.keyId });
+      inserts.push({ k: item.key, f: hex(item.fingerprint), st: response.status, h: form.headers, b: base64(form.body!), kid: form.keyId });
       outcomes[index] = { kind: 'done' };
     }
-    if (finishes.length === 0) return;
-    const finishJson = JSON.stringify(finishes.map((f) => ({ s: scope, ...f })));
-    const finished = (await ctx.db.queryOn(sql, ctx.sql.groupFinish, [finishJson])).rows;
-    // Fenced (protocol.md K5): every claimed key must have been finished by its own token.
-    if (finished.length !== finishes.length) throw new BatchFenced();
+    if (inserts.length === 0) return;
+    const inserted = (await ctx.db.queryOn(sql, ctx.sql.batchInsertDone, [JSON.stringify(inserts.map((f) => ({ s: scope, ...f })))])).rows;
+    // Fenced by the key itself (protocol.md K39 1): a key claimed since the read keeps its row.
+    if (inserted.length !== inserts.length) throw new BatchFenced();
   });
   for (const { index, row } of existing) {
     outcomes[index] = { kind: 'exists', record: await readRecord(ctx as StoreContext, row, scope, items[index]!.key, items[index]!.fingerprint) };

@@ -28,7 +28,7 @@ export interface StoredForm {
 }
 
 /** Seals the response when encryption is on and decides inline or out of line (by the plaintext length). */
-export function storedForm(ctx: Pick<StoreContext, 'inlineMaxBytes' | 'cipher'>, ref: KeyRef, response: StoredResponse): StoredForm {
+export function storedForm(ctx: Pick<StoreContext, 'inlineMaxBytes' | 'cipher'>, ref: Pick<KeyRef, 'scope' | 'key'>, response: StoredResponse): StoredForm {
   const outOfLine = response.body.length > ctx.inlineMaxBytes;
   const headersJson = JSON.stringify(response.headers);
   let headers = headersJson;

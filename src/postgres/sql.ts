@@ -53,6 +53,8 @@ export interface Statements {
   /** sql/group.ts: group commit's batched claim and finish (plain table). */
   groupClaim: string;
   groupFinish: string;
+  batchRead: string;
+  batchInsertDone: string;
   /** sql/sweep.ts */
   sweepCutoff: string;
   sweepPlan: string;

@@ -169,7 +169,7 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
     return result;
   }
 
-  /** Claims, effects and finishes of several keys in one transaction (protocol.md K39); plain table without `notify` only, else `undefined`. */
+  /** Effects and finished rows of several new keys in one transaction (protocol.md K39); plain table without `notify` only, else `undefined`. */
   commitBatch(input: BatchInput, effects: (tx: Tx, index: number) => Promise<StoredResponse>): Promise<BatchOutcome[] | undefined> {
     return commitBatch(this.ctx, input, effects);
   }

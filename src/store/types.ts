@@ -123,14 +123,16 @@ export interface ClaimInput {
  */
 export interface BatchingStore<Tx = unknown> {
   /**
-   * In ONE transaction: claims every key of
-   * `items` (all in `scope`, distinct keys), runs `effects(tx, i)` for each key it claimed, in
-   * order, and finishes those keys with the responses `effects` returned, fenced by the tokens
-   * the claim drew; nothing is visible before the commit. A key that already exists is not
-   * claimed and its effects do not run: it is reported `exists` with its record, for the
-   * caller to decide (protocol.md K3). A key the batch cannot decide is reported `alone`.
-   * If `effects` throws, or any statement fails, everything rolls back and the error
-   * propagates: the caller then handles each item on its own.
+   * In ONE transaction: takes every new key of
+   * `items` (all in `scope`, distinct keys), runs `effects(tx, i)` for each, in order, and
+   * finishes those keys with the responses `effects` returned, fenced so that a key another
+   * worker claimed meanwhile is never finished by the batch (PostgreSQL: the keys' rows are
+   * inserted finished, and a row that appeared since the read rolls the batch back); nothing
+   * is visible before the commit. A key that already exists is not taken and its effects do
+   * not run: it is reported `exists` with its record, for the caller to decide (protocol.md
+   * K3). A key the batch cannot decide is reported `alone`. If `effects` throws, or any
+   * statement fails, everything rolls back and the error propagates: the caller then handles
+   * each item on its own.
    *
    * @returns one outcome per item, in order; `undefined` when this store cannot batch in its
    *   current configuration (the caller handles each item on its own).

@@ -71,5 +71,33 @@ export function groupStatements({ t }: TableNames) {
       WHERE kt.scope = input.s AND kt.key = input.k AND locked.scope = input.s AND locked.key = input.k
         AND kt.lock_version = input.v AND kt.state = 'started'
       RETURNING kt.scope, kt.key`,
+
+    /**
+     * A batched consumer's read (protocol.md K39 1): the rows of the keys that exist, as the
+     * claim's `existing` rows; nothing is written. $1 JSON array of { s: scope, k: key,
+     * r: retention ms }.
+     */
+    batchRead: `WITH input AS (
+        SELECT * FROM json_to_recordset($1::json) AS i(s text, k text, r int8)
+      )
+      SELECT 'exists' AS kind, ${ROW}, created_at <= now() - input.r * interval '1 millisecond' AS retention_expired,
+        (date_part('epoch', created_at - now()) * 1000 + input.r)::float8 AS retention_remaining_ms
+      FROM ${t} AS kt JOIN input ON kt.scope = input.s AND kt.key = input.k`,
+
+    /**
+     * A batched consumer's finish (protocol.md K39 1): each key's row inserted already
+     * finished, in the transaction of its effects, keys in (scope, key) order. A key whose row
+     * appeared since the read (a claim that came first) is absent from the result, and the
+     * caller rolls the batch back. $1 JSON array of { s: scope, k: key, f: fingerprint hex,
+     * st: status, h: headers JSON text, b: body base64, kid: key id or null }. Returns the
+     * (scope, key) inserted.
+     */
+    batchInsertDone: `INSERT INTO ${t} (scope, key, fingerprint, state, recovery_point, response_status, response_headers,
+        response_body, response_key_id, finished_at)
+      SELECT i.s, i.k, decode(i.f, 'hex'), 'done', 'finished', i.st, i.h::jsonb, decode(i.b, 'base64'), i.kid, now()
+      FROM json_to_recordset($1::json) AS i(s text, k text, f text, st int, h text, b text, kid text)
+      ORDER BY i.s, i.k
+      ON CONFLICT (scope, key) DO NOTHING
+      RETURNING scope, key`,
   };
 }
