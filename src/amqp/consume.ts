@@ -147,17 +147,12 @@ export async function consumeAmqp<Tx>(options: AmqpConsumeOptions<Tx>): Promise<
     inFlight.add(q);
     void q.finally(() => inFlight.delete(q));
   };
-  // With `effects`: deliveries go in batches (protocol.md K39), acked once their batch committed;
-  // beside a running batch another starts with a quarter of the prefetch gathered.
-  const batcher = new DeliveryBatcher<AmqpMessageLike>(
-    async (msgs) => {
-      const messages = msgs.map((msg) => toConsumed(msg, messageIdOf(msg)));
-      const dispositions = await consumer.consumeBatch(messages, effects!);
-      await Promise.all(msgs.map((msg, i) => settle(msg, messages[i]!, dispositions[i]!).catch(() => undefined)));
-    },
-    2,
-    Math.ceil(prefetch / 4),
-  );
+  // With `effects`: deliveries go in batches (protocol.md K39), acked once their batch committed.
+  const batcher = new DeliveryBatcher<AmqpMessageLike>(async (msgs) => {
+    const messages = msgs.map((msg) => toConsumed(msg, messageIdOf(msg)));
+    const dispositions = await consumer.consumeBatch(messages, effects!);
+    await Promise.all(msgs.map((msg, i) => settle(msg, messages[i]!, dispositions[i]!).catch(() => undefined)));
+  });
 
   const { consumerTag } = await channel.consume(
     queue,

@@ -2,10 +2,7 @@
  * Gathers deliveries into batches for `IdempotentConsumer.consumeBatch` (protocol.md K39): at
  * most `maxRunning` batches run at once, and the deliveries that arrive meanwhile wait for the
  * next one, so a batch grows with the load (a broker refilling one prefetch slot per ack would
- * otherwise make batches of one). While a batch runs, another starts only with `minSize`
- * deliveries gathered (a broker refilling the slots of an acked batch one by one would otherwise
- * start a batch of one beside it); with none running, whatever is gathered starts at once.
- * Used by the broker adapters (`idem/amqp`, `idem/nats`).
+ * otherwise make batches of one). Used by the broker adapters (`idem/amqp`, `idem/nats`).
  */
 export class DeliveryBatcher<M> {
   private pending: M[] = [];
@@ -19,13 +16,7 @@ export class DeliveryBatcher<M> {
     /** Settles one batch; never rejects (its deliveries are then left to the broker). */
     private readonly run: (batch: M[]) => Promise<void>,
     private readonly maxRunning = 2,
-    private readonly minSize = 1,
   ) {}
-
-  /** Whether a batch may start now. */
-  private ready(): boolean {
-    return this.running < this.maxRunning && this.pending.length > 0 && (this.running === 0 || this.pending.length >= this.minSize);
-  }
 
   add(delivery: M): void {
     this.pending.push(delivery);
@@ -46,11 +37,11 @@ export class DeliveryBatcher<M> {
 
   /** The next batch leaves in the next turn of the event loop, so what arrives in this one joins it. */
   private schedule(): void {
-    if (this.scheduled || !this.ready()) return;
+    if (this.scheduled || this.running >= this.maxRunning || this.pending.length === 0) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
-      if (!this.ready()) return;
+      if (this.running >= this.maxRunning || this.pending.length === 0) return;
       const batch = this.pending;
       this.pending = [];
       this.running++;

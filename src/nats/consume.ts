@@ -127,9 +127,8 @@ export async function consumeJetStream<Tx>(options: JetStreamConsumeOptions<Tx>)
     inFlight.add(q);
     void q.finally(() => inFlight.delete(q));
   };
-  // With `effects`: messages go in batches (protocol.md K39), acked once their batch committed;
-  // beside a running batch another starts with a quarter of `concurrency` gathered.
-  const batcher = new DeliveryBatcher<JsMsgLike>(many, 2, Math.ceil(concurrency / 4));
+  // With `effects`: messages go in batches (protocol.md K39), acked once their batch committed.
+  const batcher = new DeliveryBatcher<JsMsgLike>(many);
 
   for await (const msg of messages) {
     if (effects) {
