@@ -12,6 +12,9 @@ export function bodyResponse(status: number, body: Uint8Array, init: ResponseIni
   return new Response(NULL_BODY.has(status) ? null : body, { ...init, status });
 }
 
+/** The replay headers built per stored response: a replay cache hands out the same object every hit (protocol.md K20). */
+const builtReplayHeaders = new WeakMap<StoredResponse, Record<string, string>>();
+
 /**
  * Builds the normalised list of response headers to store: lower-case names on the
  * allow-list, never any of {@link NEVER_REPLAYED_HEADERS} (Set-Cookie, Authorization, …).
@@ -143,6 +146,19 @@ export function replayHeaders(stored: StoredResponse): Record<string, string> {
   return headers;
 }
 
+/**
+ * {@link replayHeaders}, built once per stored response object and shared by its replays
+ * (read-only: servers copy a header record before changing it, and a web Response copies it).
+ */
+function sharedReplayHeaders(stored: StoredResponse): Record<string, string> {
+  let headers = builtReplayHeaders.get(stored);
+  if (headers === undefined) {
+    headers = Object.freeze(replayHeaders(stored));
+    builtReplayHeaders.set(stored, headers);
+  }
+  return headers;
+}
+
 /** True when a response with this status carries no body (RFC 9110). */
 export function isNullBodyStatus(status: number): boolean {
   return NULL_BODY.has(status);
@@ -155,5 +171,6 @@ export function isNullBodyStatus(status: number): boolean {
  * Headers object is validated and copied again.
  */
 export function replayResponse(stored: StoredResponse): Response {
-  return bodyResponse(stored.status, stored.body, { headers: replayHeaders(stored) });
+  const status = stored.status;
+  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: sharedReplayHeaders(stored) });
 }
