@@ -136,11 +136,14 @@ export type ResponseCapture = (response: Response) => Promise<{ stored: StoredRe
  * Headers.append gives (Set-Cookie, the one header that cannot be joined, is never stored).
  */
 export function replayHeaders(stored: StoredResponse): Record<string, string> {
-  // No prototype: a stored name such as `__proto__` or `constructor` is an ordinary key.
-  const headers = Object.create(null) as Record<string, string>;
+  // A plain object (a prototype-less one is a slow dictionary for every reader of it); a name
+  // such as `constructor` is an own key like any other, and `__proto__` is defined, not set.
+  const headers: Record<string, string> = {};
   for (const [name, value] of stored.headers) {
     const key = name.toLowerCase();
-    headers[key] = Object.hasOwn(headers, key) ? `${headers[key]}, ${value}` : value;
+    const joined = Object.hasOwn(headers, key) ? `${headers[key]}, ${value}` : value;
+    if (key === '__proto__') Object.defineProperty(headers, key, { value: joined, enumerable: true, writable: true, configurable: true });
+    else headers[key] = joined;
   }
   headers[REPLAYED_HEADER.toLowerCase()] = 'true';
   return headers;
@@ -171,6 +174,12 @@ export function isNullBodyStatus(status: number): boolean {
  * Headers object is validated and copied again.
  */
 export function replayResponse(stored: StoredResponse): Response {
+  const status = stored.status;
+  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: replayHeaders(stored) });
+}
+
+/** {@link replayResponse} for a record the replay cache handed out (protocol.md K20): its headers are built once and shared by its replays. */
+export function cachedReplayResponse(stored: StoredResponse): Response {
   const status = stored.status;
   return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: sharedReplayHeaders(stored) });
 }
