@@ -5,7 +5,10 @@
  * against Hono in the adapter contract suite (test/adapters.test.ts). Real databases: PGlite
  * always, PostgreSQL when DATABASE_URL is set. H counts how many times the handler ran.
  */
-import { describe, it } from 'node:test';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { after, describe, it } from 'node:test';
+import { serve } from '@hono/node-server';
 import assert from 'node:assert/strict';
 import type { Context } from 'hono';
 import { HTTPException } from 'hono/http-exception';
@@ -62,6 +65,41 @@ for (const engine of engines) {
       assert.deepEqual(await fixed.json(), { amount: 9 }, 'c.req.json() read the body after the middleware');
       assert.equal(counter.H, 2);
       assert.equal(await count(), 1);
+    });
+
+    it('with a replay cache, on @hono/node-server, a replay shares its built headers across hits, yet a middleware changing one replay changes no other', async () => {
+      const { app, counted, counter } = await setup();
+      const fresh = await freshStore(db.client());
+      db.cleanup(fresh.drop);
+      const idem = idempotency<Queryable>({ store: fresh.store, replayCache: { maxBytes: 1 << 20 } });
+      let n = 0;
+      app.use('/v1/cached', async (c, next) => {
+        await next();
+        c.header('x-request-no', String(++n)); // set on the replayed Response after the middleware
+      });
+      app.post(
+        '/v1/cached',
+        idem,
+        counted(async (c) => c.json({ amount: (await c.req.json<{ amount: number }>()).amount }, 201, { 'content-language': 'fr' })),
+      );
+      // A real server (its own Response class and header handling), over a real socket.
+      const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+      await once(server, 'listening');
+      after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+      const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const send = (path: string, s: Send) => fetch(base + path, requestInit(s));
+      const first = await send('/v1/cached', { key: 'rc', json: { amount: 7 } });
+      assert.equal(first.status, 201);
+      assert.deepEqual(await first.json(), { amount: 7 }, 'c.req.json() read the body after the middleware');
+      for (const expected of ['2', '3']) {
+        const replay = await send('/v1/cached', { key: 'rc', json: { amount: 7 } });
+        assert.equal(replay.status, 201);
+        assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+        assert.equal(replay.headers.get('content-language'), 'fr');
+        assert.equal(replay.headers.get('x-request-no'), expected, 'each replay carries only its own middleware header');
+        assert.deepEqual(await replay.json(), { amount: 7 });
+      }
+      assert.equal(counter.H, 1);
     });
 
     it('a handler throwing a non-Error value (a string, rethrown by Hono) releases the key with a 500 problem; the retry resumes', async () => {

@@ -10,7 +10,16 @@ import { readBodyWithin } from './body.js';
 import { IdempotencyContext } from './context.js';
 import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
 import { toHeaders } from './node-response.js';
-import { bodyResponse, captureResponse, isNullBodyStatus, replayHeaderFilter, replayResponse, type ResponseCapture, storedHeaders } from './response.js';
+import {
+  bodyResponse,
+  cachedReplayResponse,
+  captureResponse,
+  isNullBodyStatus,
+  replayHeaderFilter,
+  replayResponse,
+  type ResponseCapture,
+  storedHeaders,
+} from './response.js';
 import { credentialScope } from './scope.js';
 import { isTransientFailure } from './attempts.js';
 import type { HttpRequestInput, IdempotencyOptions } from './options.js';
@@ -206,6 +215,8 @@ export class HttpIdempotency<Tx = unknown> {
     }
     switch (begun.kind) {
       case 'replay': {
+        // A cached record is the same object on every hit: its replay headers are built once.
+        const shared = begun.cached === true && !this.expiresHeader;
         const stored = this.expiresHeader
           ? withHeader(begun.response, this.expiresHeader, httpDate(begun.record.createdAt.getTime() + this.engine.retentionMs))
           : begun.response;
@@ -214,7 +225,7 @@ export class HttpIdempotency<Tx = unknown> {
           kind: 'respond',
           replayed: stored,
           get response() {
-            response ??= replayResponse(stored);
+            response ??= shared ? cachedReplayResponse(stored) : replayResponse(stored);
             return response;
           },
         };

@@ -12,6 +12,9 @@ export function bodyResponse(status: number, body: Uint8Array, init: ResponseIni
   return new Response(NULL_BODY.has(status) ? null : body, { ...init, status });
 }
 
+/** The replay headers built per stored response: a replay cache hands out the same object every hit (protocol.md K20). */
+const builtReplayHeaders = new WeakMap<StoredResponse, Record<string, string>>();
+
 /**
  * Builds the normalised list of response headers to store: lower-case names on the
  * allow-list, never any of {@link NEVER_REPLAYED_HEADERS} (Set-Cookie, Authorization, …).
@@ -133,13 +136,29 @@ export type ResponseCapture = (response: Response) => Promise<{ stored: StoredRe
  * Headers.append gives (Set-Cookie, the one header that cannot be joined, is never stored).
  */
 export function replayHeaders(stored: StoredResponse): Record<string, string> {
-  // No prototype: a stored name such as `__proto__` or `constructor` is an ordinary key.
-  const headers = Object.create(null) as Record<string, string>;
+  // A plain object (a prototype-less one is a slow dictionary for every reader of it); a name
+  // such as `constructor` is an own key like any other, and `__proto__` is defined, not set.
+  const headers: Record<string, string> = {};
   for (const [name, value] of stored.headers) {
     const key = name.toLowerCase();
-    headers[key] = Object.hasOwn(headers, key) ? `${headers[key]}, ${value}` : value;
+    const joined = Object.hasOwn(headers, key) ? `${headers[key]}, ${value}` : value;
+    if (key === '__proto__') Object.defineProperty(headers, key, { value: joined, enumerable: true, writable: true, configurable: true });
+    else headers[key] = joined;
   }
   headers[REPLAYED_HEADER.toLowerCase()] = 'true';
+  return headers;
+}
+
+/**
+ * {@link replayHeaders}, built once per stored response object and shared by its replays
+ * (read-only: servers copy a header record before changing it, and a web Response copies it).
+ */
+function sharedReplayHeaders(stored: StoredResponse): Record<string, string> {
+  let headers = builtReplayHeaders.get(stored);
+  if (headers === undefined) {
+    headers = Object.freeze(replayHeaders(stored));
+    builtReplayHeaders.set(stored, headers);
+  }
   return headers;
 }
 
@@ -155,5 +174,12 @@ export function isNullBodyStatus(status: number): boolean {
  * Headers object is validated and copied again.
  */
 export function replayResponse(stored: StoredResponse): Response {
-  return bodyResponse(stored.status, stored.body, { headers: replayHeaders(stored) });
+  const status = stored.status;
+  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: replayHeaders(stored) });
+}
+
+/** {@link replayResponse} for a record the replay cache handed out (protocol.md K20): its headers are built once and shared by its replays. */
+export function cachedReplayResponse(stored: StoredResponse): Response {
+  const status = stored.status;
+  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: sharedReplayHeaders(stored) });
 }
