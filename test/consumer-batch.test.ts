@@ -172,6 +172,44 @@ for (const engine of engines) {
       if (begun?.kind === 'execute') await begun.execution.release();
     });
 
+    it('applies again a key whose finished row is past retention (absent, protocol.md K6): not acked as a duplicate', async () => {
+      const { consumer, effects, counts, sql, table } = await setup();
+      const [old, fresh] = [randomUUID(), randomUUID()];
+      assert.deepEqual(await consumer.consumeBatch([message(old)], effects), [{ action: 'ack', reason: 'processed' }]);
+      await sql.query(`UPDATE ${table} SET created_at = now() - interval '400 days' WHERE key = $1`, [old]);
+      const out = await consumer.consumeBatch([message(old, { id: old }, 2), message(fresh)], effects);
+      assert.deepEqual(out, [
+        { action: 'ack', reason: 'processed' },
+        { action: 'ack', reason: 'processed' },
+      ]);
+      const c = await counts();
+      assert.equal(c.get(old), 2, 'past retention the key counts as new: its effects ran again');
+      assert.equal(c.get(fresh), 1);
+    });
+
+    it("takes over a key whose holder crashed (lease ended) once, and the crashed holder's late finish is fenced", async () => {
+      const { consumer, effects, counts, sql, table } = await setup();
+      const [crashed, other] = [randomUUID(), randomUUID()];
+      const print = (await import('../src/core/fingerprint.js')).fingerprint({
+        method: 'MESSAGE',
+        path: 'orders',
+        contentType: 'application/json',
+        body: json({ id: crashed }),
+      });
+      const holder = await consumer.engine.begin({ scope: 'orders', key: crashed, fingerprint: print });
+      assert.equal(holder.kind, 'execute');
+      await sql.query(`UPDATE ${table} SET locked_until = now() - interval '1 second' WHERE key = $1`, [crashed]);
+      const out = await consumer.consumeBatch([message(crashed, { id: crashed }, 2), message(other)], effects);
+      assert.deepEqual(out, [
+        { action: 'ack', reason: 'processed' },
+        { action: 'ack', reason: 'processed' },
+      ]);
+      const c = await counts();
+      assert.equal(c.get(crashed), 1, 'applied once, by the takeover');
+      assert.equal(c.get(other), 1);
+      if (holder.kind === 'execute') await assert.rejects(holder.execution.finish({ status: 200, headers: [], body: new Uint8Array() }));
+    });
+
     it('dead-letters an invalid message id on its own, and processes the rest of the batch', async () => {
       const { consumer, effects, counts } = await setup();
       const ok = randomUUID();

@@ -21,8 +21,8 @@ export interface AmqpConsumeOptions<Tx = unknown> {
   handler?: MessageHandler<Tx>;
   /**
    * Instead of `handler`: the message's local effects alone, in the store's transaction. The
-   * deliveries that arrive together (up to `prefetch`) are then claimed, applied and finished
-   * in one transaction on a store that can batch (`IdempotentConsumer.consumeBatch`,
+   * deliveries that arrive together (up to `prefetch`) are then applied and their keys
+   * written finished in one transaction on a store that can batch (`IdempotentConsumer.consumeBatch`,
    * protocol.md K39), and acked after its commit.
    */
   effects?: MessageEffects<Tx>;

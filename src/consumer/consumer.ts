@@ -173,8 +173,8 @@ export class IdempotentConsumer<Tx = unknown> {
   /**
    * Processes deliveries that arrived together, each at most once in effect, with effects that
    * need only the store's transaction (protocol.md K39): on a store that can batch
-   * (`PostgresStore` on a plain table without `notify`), the new keys are claimed, their
-   * effects applied and the keys finished in ONE transaction, one commit for the batch; a key
+   * (`PostgresStore` on a plain table without `notify`), the new keys' effects are
+   * applied and their rows written finished in ONE transaction, one commit for the batch; a key
    * that exists is decided as a claim would (`K3`: a finished key is acked as a duplicate, a
    * fingerprint mismatch dead-lettered). Everything else (a key in progress or abandoned, the
    * same key twice, a batch that failed and rolled back, a store that cannot batch) goes

@@ -14,8 +14,8 @@ export interface JetStreamConsumeOptions<Tx = unknown> {
   handler?: MessageHandler<Tx>;
   /**
    * Instead of `handler`: the message's local effects alone, in the store's transaction. The
-   * messages that arrive together (up to `concurrency`) are then claimed, applied and finished
-   * in one transaction on a store that can batch (`IdempotentConsumer.consumeBatch`,
+   * messages that arrive together (up to `concurrency`) are then applied and their keys
+   * written finished in one transaction on a store that can batch (`IdempotentConsumer.consumeBatch`,
    * protocol.md K39), and acked after its commit.
    */
   effects?: MessageEffects<Tx>;
