@@ -291,7 +291,7 @@ export async function consumers(cfg: BenchConfig, log: (line: string) => void): 
       value: effects.opsPerSec / raw.opsPerSec,
       detail: `${fmtRate(effects.opsPerSec)} / ${fmtRate(raw.opsPerSec)} msg/s (\`effects\`, batched, ${statementsOf(r.broker, 'effects')} statements per message); \`ctx.phase\` ${ratio(phase.opsPerSec, raw.opsPerSec)}, \`ctx.complete\` ${ratio(complete.opsPerSec, raw.opsPerSec)}`,
       whyMissed:
-        "per message idem costs node 1.5-1.9x and PostgreSQL 1.1-1.6x the plain consumer's CPU (the fingerprint, the key's row besides the effect's, a share of the batch's BEGIN, read, insert and COMMIT: 1.27 statements per message); on this CPU-bound shared machine the rate follows that, and a batch's INSERTs run one after another on its connection (two batches at a time, both busy nearly all the time) where the plain consumer runs 32 at once (bench/notes.md).",
+        "per message idem costs node 1.5-1.9x and PostgreSQL 1.1-1.6x the plain consumer's CPU (the fingerprint, the key's row besides the effect's, a share of the batch's BEGIN, read, insert and COMMIT: about 1.4 statements per message); on this CPU-bound shared machine the rate follows that, and a batch's INSERTs run one after another on its connection (two batches at a time, both busy nearly all the time) where the plain consumer runs 32 at once (bench/notes.md).",
     };
     headline[`consumer ${r.broker}: idem / no dedup (effects, phase)`] = `${ratio(effects.opsPerSec, raw.opsPerSec)}, ${ratio(phase.opsPerSec, raw.opsPerSec)}`;
   }
