@@ -212,7 +212,8 @@ if (process.argv[2] === 'serve') {
       const app = a!.map((x, i) => b![i]!.app / b![i]!.n / (x.app / x.n));
       const ev = (x: Batch) => (x.cmds.evalsha?.usec ?? 0) + (x.cmds.eval?.usec ?? 0) + (x.cmds.fcall?.usec ?? 0);
       const scripts = a!.map((x, i) => ev(b![i]!) / b![i]!.n / (ev(x) / x.n));
-      console.log(`${route}: server CPU ${quartiles(app)}${route === 'bare' ? '' : `, scripts' usec ${quartiles(scripts.filter(Number.isFinite))}`}`);
+      const finite = scripts.filter(Number.isFinite);
+      console.log(`${route}: server CPU ${quartiles(app)}${finite.length === 0 ? '' : `, scripts' usec ${quartiles(finite)}`}`);
     }
   }
 }
