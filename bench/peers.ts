@@ -141,8 +141,11 @@ export async function peers(cfg: BenchConfig, log: (line: string) => void): Prom
         value: idemRedis[kind]!.opsPerSec / best[kind]!.opsPerSec,
         detail: `${idemRedis.label} ${fmtRate(idemRedis[kind]!.opsPerSec)} / ${best.label} ${fmtRate(best[kind]!.opsPerSec)} ${what}/s, noise ${fmtNoise(idemRedis[kind]!.noise)} / ${fmtNoise(best[kind]!.noise)}`,
         whyMissed:
-          "most of idem's cost per request here is its HTTP path (the fingerprint, the engine, the captured and replayed response), the same with the in-memory store; " +
-          'the Redis store adds a claim and a fenced finish script per new key where the peers send two plain commands (bench/notes.md, "Redis store").',
+          kind === 'fresh'
+            ? "most of idem's cost per new key here is its HTTP path (the Express capture of the response, the request's headers as web Headers, the engine), about as much with the in-memory store as with Redis; " +
+              'the Redis store\'s claim and fenced finish scripts take ~60 µs of Redis server time per new key where the peer\'s two SETs take ~5-10 µs, on the same two cores (bench/notes.md, "Redis store", "New keys on Express + Redis").'
+            : "most of idem's cost per request here is its HTTP path (the fingerprint, the engine, the captured and replayed response), the same with the in-memory store; " +
+              'the Redis store adds a claim and a fenced finish script per new key where the peers send two plain commands (bench/notes.md, "Redis store").',
       };
     }
   }

@@ -171,6 +171,53 @@ for (const engine of engines) {
         assert.equal(counter.H, 1);
       });
 
+      it("a middleware's own res.write/res.end wrappers mounted before idem (as compression does) get the recorded response once and stay in place; the others are Node's again after the capture", async () => {
+        const { app, idem, counted, start, send, counter } = await setup();
+        const seen: string[] = [];
+        const after: Array<{ ownEnd: boolean; ownWrite: boolean; ownWriteHead: boolean; ownDestroy: boolean; endIsWrapper: boolean }> = [];
+        app.use((_req, res, next) => {
+          const end = res.end;
+          const write = res.write;
+          const wrapperEnd = function end_(this: ExpressResponse, ...args: unknown[]) {
+            if (args[0] !== undefined && typeof args[0] !== 'function') seen.push(`end:${String(args[0])}`);
+            return (end as (...a: unknown[]) => ExpressResponse).apply(this, args);
+          } as ExpressResponse['end'];
+          res.end = wrapperEnd;
+          res.write = function write_(this: ExpressResponse, ...args: unknown[]) {
+            seen.push(`write:${String(args[0])}`);
+            return (write as (...a: unknown[]) => boolean).apply(this, args);
+          } as ExpressResponse['write'];
+          res.on('finish', () =>
+            after.push({
+              ownEnd: Object.hasOwn(res, 'end'),
+              ownWrite: Object.hasOwn(res, 'write'),
+              ownWriteHead: Object.hasOwn(res, 'writeHead'),
+              ownDestroy: Object.hasOwn(res, 'destroy'),
+              endIsWrapper: res.end === wrapperEnd,
+            }),
+          );
+          next();
+        });
+        app.post(
+          '/v1/wrapped',
+          idem,
+          counted((_req, res) => {
+            res.status(201).json({ wrapped: true });
+          }),
+        );
+        await start();
+        const first = await send('/v1/wrapped', { key: 'wrap-1', json: {} });
+        assert.equal(first.status, 201);
+        assert.equal(await first.text(), '{"wrapped":true}');
+        await poll(() => (after.length === 1 ? true : undefined), 5000, 'the response to finish');
+        assert.deepEqual(seen, ['end:{"wrapped":true}'], 'the wrapper saw the recorded body once, at the send');
+        assert.deepEqual(after[0], { ownEnd: true, ownWrite: true, ownWriteHead: false, ownDestroy: false, endIsWrapper: true });
+        const replay = await send('/v1/wrapped', { key: 'wrap-1', json: {} });
+        assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+        assert.equal(await replay.text(), '{"wrapped":true}');
+        assert.equal(counter.H, 1);
+      });
+
       it('a status or header a route changes after res.end() (the head not sent yet) is not sent: the first answer is the one recorded and replayed', async () => {
         const { app, idem, counted, start, send, counter } = await setup();
         app.post(

@@ -144,11 +144,23 @@ async function bodyBytes(req: ReqLike): Promise<Uint8Array | null> {
 
 const ORIGINAL = Symbol('idem.original');
 type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead']; destroy: ServerResponse['destroy'] };
+/** The methods the capture replaces on the response. */
+const HELD_METHODS = ['write', 'end', 'writeHead', 'destroy'] as const;
+/**
+ * Which of {@link HELD_METHODS} the response carried as its own properties before the capture
+ * (another middleware's wrapper, e.g. compression's): those are put back as they were, the
+ * others deleted so the prototype's method shows again. Assigning the prototype's functions
+ * back as own properties instead left every captured response with four own function
+ * properties, and cost Express about a fifth of idem's CPU per new key (bench/notes.md).
+ */
+type Owned = { original: Writer; own: number };
 
 /** Buffers what the route writes; at `end`, records it and sends what the core returns. */
 function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'execute' }>): void {
   const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead, destroy: res.destroy };
-  (res as unknown as Record<symbol, Writer>)[ORIGINAL] = original;
+  let own = 0;
+  for (let i = 0; i < HELD_METHODS.length; i++) if (Object.hasOwn(res, HELD_METHODS[i]!)) own |= 1 << i;
+  (res as unknown as Record<symbol, Owned>)[ORIGINAL] = { original, own };
   const held = holdWrites(res as ServerResponse);
   // `pipeline(stream, res)` destroys the response with the stream's error when the stream
   // fails. Nothing was sent yet (it is held): that is the route crashing mid-body, so the key
@@ -188,12 +200,15 @@ function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>,
 }
 
 function restore(res: ResLike): void {
-  const original = (res as unknown as Record<symbol, Writer | undefined>)[ORIGINAL];
-  if (!original) return;
-  (res as ServerResponse).write = original.write;
-  (res as ServerResponse).end = original.end;
-  (res as ServerResponse).writeHead = original.writeHead;
-  (res as ServerResponse).destroy = original.destroy;
+  const saved = (res as unknown as Record<symbol, Owned | undefined>)[ORIGINAL];
+  if (!saved) return;
+  const { original, own } = saved;
+  const target = res as unknown as Record<string, unknown>;
+  for (let i = 0; i < HELD_METHODS.length; i++) {
+    const name = HELD_METHODS[i]!;
+    if (own & (1 << i)) target[name] = original[name];
+    else delete target[name];
+  }
   (res as unknown as Record<symbol, unknown>)[ORIGINAL] = undefined;
 }
 
