@@ -29,8 +29,9 @@ const WHY_NEW =
   "both sides issue the same two statements and commits (idem's store claims first while new keys dominate); what is left is idem's JavaScript per request " +
   '(key checks, the engine, the lease heartbeat timer, the fenced finish and its response encoding), which counts where the two cores, not the WAL flush, are the limit.';
 const WHY_REPLAY =
-  'a replay is one read on both sides, but `readDone` returns the whole key record (twelve columns: the response, and phase results, token, claim id and created-at as text or numbers the driver does not parse) against the raw five, ' +
-  'and the engine decides and builds the record in JavaScript; on two cores shared with PostgreSQL that is the gap. The replay cache (issue 18 item 2) answers replays with no statement at all.';
+  'a replay is one read on both sides; `readDone` returns the raw five columns plus one json column with the rest of the key record (token, claim id, created-at, retention left, phase results). ' +
+  "idem's own JavaScript (the engine's decision, the record, the store deadline) is about 3 µs of node CPU per replay; the bare `readDone` statement through pg costs node 1.4-1.7 × the raw read's CPU by itself " +
+  '(bench/replay-cpu.ts, bench/notes.md "Replay read"), and on two cores shared with PostgreSQL that is the gap. The replay cache (issue 18 item 2) answers replays with no statement at all.';
 
 const LEASE_MS = 60_000;
 const RETENTION_MS = 86_400_000;

@@ -157,8 +157,8 @@ export async function postgresjs(cfg: BenchConfig, log: (line: string) => void):
         detail: `c=${at16.concurrency}: new request ${newRatio.toFixed(2)}, replay ${replayRatio.toFixed(2)} (statements raw / idem: ${n16!.rawStatements} / ${n16!.idemStatements}, ${r16!.rawStatements} / ${r16!.idemStatements})`,
         whyMissed:
           replayRatio <= newRatio
-            ? 'the lower of the two is the replay: one read on both sides (the statement counts beside it), but idem reads the whole key record (twelve columns, the phase results, token, claim id and created-at as text) ' +
-              'where the raw side reads five, and the engine decides and builds the record in JavaScript, as on pg (the library rows); postgres.js parses each column of a row as it arrives, so the extra columns cost in the driver too.'
+            ? 'the lower of the two is the replay: one read on both sides (the statement counts beside it); idem reads the raw five columns plus one json column with the rest of the key record ' +
+              '(token, claim id, created-at, retention left, phase results), which postgres.js parses as it arrives, and the engine decides and builds the record in JavaScript, as on pg (the library rows, bench/notes.md "Replay read").'
             : 'the lower of the two is the new request: the same statements on both sides (the counts beside it); what is left is idem in JavaScript per request (key checks, the engine, the lease heartbeat timer, the fenced finish and its response encoding), as on pg (the library rows).',
       },
     },

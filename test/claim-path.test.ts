@@ -8,11 +8,13 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { engines, freshStore } from './helpers/engines.js';
 import { statements } from '../src/postgres/sql.js';
-import type { PostgresStore } from '../src/postgres/index.js';
+import { PostgresStore } from '../src/postgres/index.js';
+import { pinClaimPath } from '../src/postgres/claim.js';
+import type { StoreContext } from '../src/postgres/options.js';
 import type { ClaimInput, CommitRecord, KeyRecord } from '../src/store/types.js';
 
 const fp = (n: number): Uint8Array => new Uint8Array(32).fill(n);
@@ -106,6 +108,45 @@ for (const engine of engines) {
         assert.deepEqual({ ...ra, leaseRemainingMs: 0, retentionRemainingMs: 0 }, { ...rb, leaseRemainingMs: 0, retentionRemainingMs: 0 });
       }
       assert.equal((viaRead[2] as { record: { state: string } }).record.state, 'started');
+    });
+
+    it('reading first: a sealed out-of-line response with phase results reads back as via the claim; a finished key past retention is claimed anew, never replayed', async () => {
+      const sealed = new PostgresStore({
+        client: opened.client as never,
+        table: fresh.table,
+        inlineMaxBytes: 2,
+        encryption: { keys: { k1: randomBytes(32) }, currentKeyId: 'k1' },
+      });
+      const ctx = (sealed as unknown as { ctx: StoreContext }).ctx;
+      const key = `sealed-${randomUUID()}`;
+      const r = await sealed.claim(input(key));
+      assert.equal(r.kind, 'claimed');
+      const token = (r as { token: number }).token;
+      const phase: CommitRecord = { kind: 'phase', phase: 'charged', result: { id: 'ch_1', n: [1, 2] }, leaseMs: 60_000 };
+      assert.equal((await sealed.commit({ scope: 's', key, token }, () => phase)).kind, 'ok');
+      assert.equal((await sealed.commit({ scope: 's', key, token }, finish)).kind, 'ok');
+      pinClaimPath(ctx, false);
+      const viaClaim = await sealed.claim(input(key));
+      pinClaimPath(ctx, true);
+      sent.length = 0;
+      const viaRead = await sealed.claim(input(key));
+      assert.ok(sent.includes(sql.readDone) && !sent.includes(sql.claim), 'answered by readDone alone');
+      const ra = (viaClaim as { record: KeyRecord }).record;
+      const rb = (viaRead as { record: KeyRecord }).record;
+      assert.equal(rb.sealed, true);
+      assert.deepEqual(rb.response, { status: 201, headers: [['content-type', 'text/plain']], body: new Uint8Array([1, 2, 3]) });
+      assert.deepEqual(rb.phaseResults, { charged: { id: 'ch_1', n: [1, 2] } });
+      assert.deepEqual({ ...ra, retentionRemainingMs: 0 }, { ...rb, retentionRemainingMs: 0 });
+      // Past retention (1 ms, once the database clock has moved past it) the read returns no row: the claim replaces it.
+      const db = opened.client as unknown as { query(t: string, p: unknown[]): Promise<{ rows: Array<{ past: boolean }> }> };
+      const pastRetention = `SELECT created_at < now() - interval '5 milliseconds' AS past FROM "${fresh.table}" WHERE scope = 's' AND key = $1`;
+      while (!(await db.query(pastRetention, [key])).rows[0]!.past);
+      sent.length = 0;
+      const again = await sealed.claim({ ...input(key), retentionMs: 1 });
+      assert.equal(again.kind, 'claimed', 'a finished key past retention is not replayed');
+      assert.ok(sent.includes(sql.readDone) && sent.includes(sql.claim));
+      assert.notEqual((again as { token: number }).token, token);
+      pinClaimPath(ctx, undefined);
     });
   });
 }

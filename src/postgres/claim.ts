@@ -2,7 +2,7 @@
 import { KeyState } from '../core/constants.js';
 import type { ClaimInput, ClaimResult, KeyRef, PhaseResults, TakeOverResult } from '../store/types.js';
 import type { StoreContext } from './options.js';
-import { readRecord } from './responses.js';
+import { readDoneRecord, readRecord } from './responses.js';
 import { blobRef, type Row } from './rows.js';
 import type { PartitionedStatements } from './sql.js';
 import { ReplayShare } from '../store/replay-share.js';
@@ -64,10 +64,11 @@ export async function claim(ctx: StoreContext, input: ClaimInput): Promise<Claim
   // reads first itself (protocol.md K19).
   const readFirst = !ctx.group && (ctx.psql !== undefined || ctx.citus !== undefined || (pinned.get(ctx) ?? replayShare.get(ctx)?.frequent() === true));
   if (readFirst) {
+    // Only a row within retention comes back (sql/claim.ts).
     const done = (await db.query(sql.readDone, [input.scope, input.key, input.retentionMs])).rows[0];
-    if (done && done.state === KeyState.Done && done.retention_expired !== true) {
+    if (done && done.state === KeyState.Done) {
       if (!ctx.psql) observe(ctx, true);
-      return { kind: 'exists', record: await readRecord(ctx, done, input.scope, input.key, input.fingerprint) };
+      return { kind: 'exists', record: await readDoneRecord(ctx, done, input.scope, input.key, input.fingerprint) };
     }
   }
   if (ctx.psql) return claimPartitioned(ctx, ctx.psql, input);

@@ -9,7 +9,7 @@ import { sameFingerprint } from '../core/fingerprint.js';
 import type { KeyRecord, KeyRef, StoredResponse } from '../store/types.js';
 import type { BlobRef } from './blob-store.js';
 import type { StoreContext } from './options.js';
-import { blobRef, type Row, toRecord } from './rows.js';
+import { doneRecord, type Row, toRecord } from './rows.js';
 import { bytes } from './values.js';
 
 const encoder = new TextEncoder();
@@ -63,19 +63,32 @@ export function openHeaders(cipher: ResponseCipher, sealed: string, scope: strin
  * @throws {UnknownKeyIdError} sealed with a key id that is not configured
  * @throws {ResponseUnreadableError} tampered, sealed for another row, or its blob is missing
  */
-export async function readRecord(ctx: StoreContext, row: Row, scope: string, key: string, requestFingerprint?: Uint8Array): Promise<KeyRecord> {
-  const record = toRecord(row, scope, key);
+export function readRecord(ctx: StoreContext, row: Row, scope: string, key: string, requestFingerprint?: Uint8Array): Promise<KeyRecord> {
+  return openResponse(ctx, toRecord(row, scope, key), row.response_body_ref, row.response_key_id, requestFingerprint);
+}
+
+/** {@link readRecord} of a `readDone` row (sql/claim.ts): a finished key within retention. */
+export function readDoneRecord(ctx: StoreContext, row: Row, scope: string, key: string, requestFingerprint: Uint8Array): Promise<KeyRecord> {
+  const done = doneRecord(row, scope, key);
+  return openResponse(ctx, done.record, done.bodyRef, done.keyId, requestFingerprint);
+}
+
+/**
+ * The record with its response as written: the out-of-line body (`bodyRef`) fetched, the seal
+ * (`keyId`) opened; left out on a fingerprint mismatch (see {@link readRecord}).
+ */
+async function openResponse(ctx: StoreContext, record: KeyRecord, bodyRef: unknown, keyIdValue: unknown, requestFingerprint?: Uint8Array): Promise<KeyRecord> {
   if (!record.response) return record;
   if (requestFingerprint && !sameFingerprint(record.fingerprint, requestFingerprint)) {
     delete record.response;
     return record;
   }
-  const keyId = row.response_key_id === null || row.response_key_id === undefined ? undefined : String(row.response_key_id);
+  const { scope, key } = record;
+  const keyId = keyIdValue === null || keyIdValue === undefined ? undefined : String(keyIdValue);
   let body: Uint8Array | undefined = record.response.body;
-  if (row.response_body_ref) {
-    body = await ctx.blobs.get(blobRef(row, scope, key));
-    if (body === undefined)
-      throw new ResponseUnreadableError(`The out-of-line body of this stored response is missing (blob ${String(row.response_body_ref)})`);
+  if (bodyRef) {
+    body = await ctx.blobs.get({ scope, key, id: String(bodyRef) });
+    if (body === undefined) throw new ResponseUnreadableError(`The out-of-line body of this stored response is missing (blob ${String(bodyRef)})`);
     body = bytes(body);
   }
   if (keyId === undefined) {
@@ -83,10 +96,11 @@ export async function readRecord(ctx: StoreContext, row: Row, scope: string, key
     return record;
   }
   if (!ctx.cipher) throw new UnknownKeyIdError(keyId);
-  const sealedHeaders = row.response_headers;
+  // A sealed response's headers are stored as the JSON string of their base64 (`storedForm`).
+  const sealedHeaders: unknown = record.response.headers;
   if (typeof sealedHeaders !== 'string') throw new ResponseUnreadableError('The stored response is marked encrypted but its headers are not sealed');
-  record.response.headers = openHeaders(ctx.cipher, sealedHeaders, record.scope, record.key);
-  record.response.body = ctx.cipher.open(body, responseAad(record.scope, record.key, 'body'));
+  record.response.headers = openHeaders(ctx.cipher, sealedHeaders, scope, key);
+  record.response.body = ctx.cipher.open(body, responseAad(scope, key, 'body'));
   record.sealed = true;
   return record;
 }

@@ -20,20 +20,13 @@ export function blobRef(row: Row, scope: string, key: string): BlobRef {
 const ROW_COLUMNS: RecordColumns<Row> = {
   state: (row) => row.state,
   fingerprint: (row) => bytes(row.fingerprint),
-  // A `readDone` row (a finished key's lean read, sql/claim.ts) has no `recovery_point`: `finished`.
   recoveryPoint: (row) => (row.recovery_point === undefined ? RECOVERY_POINT_FINISHED : String(row.recovery_point)),
-  phaseResults: (row) =>
-    (row.phase_results_json === undefined
-      ? (row.phase_results ?? {})
-      : row.phase_results_json === null
-        ? {}
-        : JSON.parse(String(row.phase_results_json))) as PhaseResults,
+  phaseResults: (row) => (row.phase_results ?? {}) as PhaseResults,
   token: (row) => Number(row.lock_version),
   claimId: (row) => String(row.claim_id),
-  // A row from `readDone` has no lease columns: a finished row holds no lease (expired, 0 ms left).
   leaseExpired: (row, state) => (row.lease_expired === undefined ? state === KeyState.Done : row.lease_expired === true),
   leaseRemainingMs: (row) => Number(row.lease_remaining_ms ?? 0),
-  createdAt: (row) => (row.created_ms === undefined ? timestamp(row.created_at) : new Date(Math.round(Number(row.created_ms)))),
+  createdAt: (row) => timestamp(row.created_at),
   // By the database clock (sql/claim.ts), for the replay cache (protocol.md K20).
   retentionRemainingMs: (row) =>
     row.retention_remaining_ms !== undefined && row.retention_remaining_ms !== null ? Number(row.retention_remaining_ms) : undefined,
@@ -47,12 +40,55 @@ const ROW_COLUMNS: RecordColumns<Row> = {
 };
 
 /**
- * A row as a {@link KeyRecord}. `scope` and `key` are the ones the row was looked up by. A row
- * from `readDone` has no lease columns: a finished row holds no lease (expired, 0 ms left).
+ * A row as a {@link KeyRecord}. `scope` and `key` are the ones the row was looked up by.
  * The response is as stored (sealed, or empty when out of line); `readRecord` in responses.ts
  * opens it. The row object is only read, never extended: adding properties to the driver's
  * row objects measurably slowed the replay path (bench/).
  */
 export function toRecord(row: Row, scope: string, key: string): KeyRecord {
   return decodeRecord(ROW_COLUMNS, row, scope, key);
+}
+
+/** What a `readDone` row (sql/claim.ts) carries besides the record: where its response is kept. */
+export interface DoneRow {
+  record: KeyRecord;
+  /** The out-of-line body's ref (`response_body_ref`), or null when the body is inline. */
+  bodyRef: unknown;
+  /** The key id the response was sealed with (`response_key_id`), or null for plaintext. */
+  keyId: unknown;
+}
+
+/**
+ * A `readDone` row (a finished key within retention, sql/claim.ts) as a record: the replay's
+ * five columns as they are, the rest from its one json column. The same record `toRecord`
+ * makes of the whole row (test/claim-path.test.ts compares them): a finished row holds no
+ * lease and its recovery point is `finished`.
+ */
+export function doneRecord(row: Row, scope: string, key: string): DoneRow {
+  const packed = (typeof row.record === 'string' ? JSON.parse(row.record) : row.record) as [
+    string,
+    string,
+    string,
+    number,
+    unknown,
+    unknown,
+    PhaseResults | null,
+  ];
+  const record: KeyRecord = {
+    scope,
+    key,
+    state: KeyState.Done,
+    fingerprint: bytes(row.fingerprint),
+    recoveryPoint: RECOVERY_POINT_FINISHED,
+    phaseResults: packed[6] ?? {},
+    token: Number(packed[0]),
+    claimId: String(packed[1]),
+    leaseExpired: true,
+    leaseRemainingMs: 0,
+    // json's ISO text of the timestamptz, with its offset; read to the ms, as a timestamptz column is.
+    createdAt: timestamp(packed[2]),
+    retentionRemainingMs: Number(packed[3]),
+    response: { status: Number(row.response_status), headers: (row.response_headers ?? []) as Array<[string, string]>, body: bytes(row.response_body) },
+  };
+  return { record, bodyRef: packed[4], keyId: packed[5] };
 }

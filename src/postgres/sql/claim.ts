@@ -60,19 +60,22 @@ export function claimStatements({ t, nextToken }: TableNames) {
      * needs, and nothing more. A finished row holds no lease (finish sets `locked_until` NULL),
      * so the lease arithmetic of {@link ROW} is left out; that arithmetic and the claim's
      * INSERT machinery made a replay cost about 0.65x a bare primary-key read (bench/,
-     * concurrency 16). Lean: no `recovery_point` (a finished row's is always `finished`), and
-     * the record's other columns in forms the driver passes through without a type parser
-     * (the phase results as JSON text, the token and claim id as text, `created_at` as epoch
-     * ms, to the ms as a timestamptz is read), so decoding costs what a replay needs. Only a
-     * finished row within retention is answered from it; anything else (absent, started, past
-     * retention) goes through `claim`, so the claim stays the unique insert. $1 scope, $2 key,
-     * $3 retention ms.
+     * concurrency 16). Lean: the five columns a replay needs (the state, the fingerprint
+     * compared on every replay, the response) as the raw read has them, and everything else
+     * the record carries in ONE json column `record`: [token, claim id, created_at (ISO text,
+     * µs, read to the ms as a timestamptz is), retention ms left, out-of-line body ref, key id,
+     * phase results]. No `recovery_point` (a finished row's is always `finished`). The driver
+     * pays per column of every result (a field name decoded, a parser looked up, a value
+     * converted): pg's parsing of the thirteen-column form took about 16 µs per replay, of this
+     * one about 11, of the raw five columns about 10 (bench/notes.md, "Replay read").
+     * Retention is in the WHERE clause: a row past it is not returned, so only a finished row
+     * within retention is answered from here; anything else (absent, started, past retention)
+     * goes through `claim`, which stays the unique insert. $1 scope, $2 key, $3 retention ms.
      */
-    readDone: `SELECT state, fingerprint, response_status, response_headers, response_body, response_body_ref, response_key_id,
-        phase_results::text AS phase_results_json, lock_version::text AS lock_version, claim_id::text AS claim_id,
-        date_part('epoch', date_trunc('milliseconds', created_at)) * 1000 AS created_ms,
-        ${retentionExpired('$3')}
-      FROM ${t} WHERE scope = $1 AND key = $2`,
+    readDone: `SELECT state, fingerprint, response_status, response_headers, response_body,
+        json_build_array(lock_version::text, claim_id, created_at, date_part('epoch', created_at - now()) * 1000 + $3::int8,
+          response_body_ref, response_key_id, phase_results) AS record
+      FROM ${t} WHERE scope = $1 AND key = $2 AND created_at > now() - $3::int8 * interval '1 millisecond'`,
 
     /**
      * The conflict path's read after a lost race (protocol.md Q2). FOR UPDATE waits for a
