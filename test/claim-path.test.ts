@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { engines, freshStore } from './helpers/engines.js';
+import { needs, serviceUrl } from './helpers/services.js';
 import { statements } from '../src/postgres/sql.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { pinClaimPath } from '../src/postgres/claim.js';
@@ -150,3 +151,36 @@ for (const engine of engines) {
     });
   });
 }
+
+describe('a record read on a session with another TimeZone and DateStyle (PostgreSQL)', { skip: needs('DATABASE_URL') }, () => {
+  it("reports the row's created_at as the instant it is, by the claim, the read-first path and get", async () => {
+    // A timestamptz sent as text follows the session's DateStyle ('SQL, DMY': 03/12/2026 …) and zone.
+    const pool = new pg.Pool({ connectionString: serviceUrl('DATABASE_URL'), options: '-c TimeZone=Asia/Kathmandu -c DateStyle=SQL,DMY', max: 2 });
+    const { store, drop } = await freshStore(pool);
+    try {
+      const key = `tz-${randomUUID()}`;
+      const before = Date.now();
+      const r = await store.claim(input(key));
+      assert.equal(r.kind, 'claimed');
+      assert.equal((await store.commit({ scope: 's', key, token: (r as { token: number }).token }, finish)).kind, 'ok');
+      const after = Date.now();
+      const ctx = (store as unknown as { ctx: StoreContext }).ctx;
+      pinClaimPath(ctx, false);
+      const viaClaim = await store.claim(input(key));
+      pinClaimPath(ctx, true);
+      const viaRead = await store.claim(input(key));
+      const viaGet = await store.get('s', key, 60_000);
+      for (const [path, createdAt] of [
+        ['claim', (viaClaim as { record: KeyRecord }).record.createdAt],
+        ['read first', (viaRead as { record: KeyRecord }).record.createdAt],
+        ['get', viaGet!.createdAt],
+      ] as const) {
+        // The database's clock and ours may differ a little; an hour's offset or a swapped day and month may not.
+        assert.ok(Math.abs(createdAt.getTime() - (before + after) / 2) < 60_000, `${path}: ${createdAt.toISOString()} is not now`);
+      }
+    } finally {
+      await drop();
+      await pool.end();
+    }
+  });
+});

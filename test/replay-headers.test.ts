@@ -53,4 +53,25 @@ describe('replayed headers', () => {
     assert.equal(empty.status, 204);
     assert.equal(empty.body, null);
   });
+
+  it('a server whose Response keeps the header record it is given and writes to it (as @hono/node-server 1.x adds Content-Length) can replay a cached record again and again', () => {
+    const real = globalThis.Response;
+    const kept: Array<Record<string, string>> = [];
+    class KeepingResponse {
+      constructor(_body: unknown, init: { status: number; headers: Record<string, string> }) {
+        init.headers['Content-Length'] = '11'; // what node-server 1.x's responseViaCache does
+        kept.push(init.headers);
+      }
+    }
+    globalThis.Response = KeepingResponse as unknown as typeof Response;
+    try {
+      const stored: StoredResponse = { status: 201, headers: [['content-type', 'application/json']], body: bytes('{"ok":true}') };
+      for (let i = 0; i < 3; i++) cachedReplayResponse(stored);
+      assert.equal(kept.length, 3);
+      assert.notEqual(kept[0], kept[1], 'each replay gets its own record');
+      assert.deepEqual(kept[2], { 'content-type': 'application/json', 'idempotent-replayed': 'true', 'Content-Length': '11' });
+    } finally {
+      globalThis.Response = real;
+    }
+  });
 });

@@ -150,8 +150,9 @@ export function replayHeaders(stored: StoredResponse): Record<string, string> {
 }
 
 /**
- * {@link replayHeaders}, built once per stored response object and shared by its replays
- * (read-only: servers copy a header record before changing it, and a web Response copies it).
+ * {@link replayHeaders}, built once per stored response object (lower-cased, joined) and kept
+ * read-only; each replay gets its own shallow copy of it, because a server's lighter Response
+ * (@hono/node-server 1.x and 2.0) keeps the record it is given and adds Content-Length to it.
  */
 function sharedReplayHeaders(stored: StoredResponse): Record<string, string> {
   let headers = builtReplayHeaders.get(stored);
@@ -178,8 +179,8 @@ export function replayResponse(stored: StoredResponse): Response {
   return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: replayHeaders(stored) });
 }
 
-/** {@link replayResponse} for a record the replay cache handed out (protocol.md K20): its headers are built once and shared by its replays. */
+/** {@link replayResponse} for a record the replay cache handed out (protocol.md K20): its headers are built once, and each replay gets a copy. */
 export function cachedReplayResponse(stored: StoredResponse): Response {
   const status = stored.status;
-  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: sharedReplayHeaders(stored) });
+  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: { ...sharedReplayHeaders(stored) } });
 }

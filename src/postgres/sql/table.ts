@@ -62,19 +62,22 @@ export function tableNames(table: string): TableNames {
 
 /**
  * The columns read back whenever a row is inspected, with lease and retention judged by the
- * database clock. {@link CLAIMED_ROW} lists the same columns in the same order.
+ * database clock. {@link CLAIMED_ROW} lists the same columns in the same order. `created_at`
+ * goes out as JSON's ISO 8601 text with its offset, which no session setting changes (a
+ * `timestamptz` as text follows the session's DateStyle, and some drivers read it in the
+ * client's zone).
  */
 export const ROW = `scope, key, fingerprint, state, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
   (locked_until IS NULL OR locked_until <= now()) AS lease_expired,
   GREATEST(0, EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8 AS lease_remaining_ms,
-  response_status, response_headers, response_body, response_body_ref, response_key_id, created_at`;
+  response_status, response_headers, response_body, response_body_ref, response_key_id, to_json(created_at) #>> '{}' AS created_at`;
 
 /** The claim's result row when the insert won: {@link ROW}'s columns, NULL but for the token and claim id. */
 export const CLAIMED_ROW = `SELECT 'claimed' AS kind, NULL::text AS scope, NULL::text AS key, NULL::bytea AS fingerprint,
         NULL::text AS state, NULL::text AS recovery_point, NULL::jsonb AS phase_results,
         lock_version::text AS lock_version, claim_id::text AS claim_id, NULL::boolean AS lease_expired, NULL::float8 AS lease_remaining_ms, NULL::int AS response_status,
         NULL::jsonb AS response_headers, NULL::bytea AS response_body, NULL::text AS response_body_ref,
-        NULL::text AS response_key_id, NULL::timestamptz AS created_at,
+        NULL::text AS response_key_id, NULL::text AS created_at,
         NULL::boolean AS retention_expired, NULL::float8 AS retention_remaining_ms`;
 
 /**
