@@ -32,8 +32,10 @@ const WHY_NEW =
   'both sides send the same four statements (read, token draw, claim, fenced finish) on the same pool; what is left is idem in JavaScript per request ' +
   '(key checks, the engine, the lease heartbeat timer, the finish and its response encoding) and the store deadline on each statement, which counts where the two cores, shared with the server, are the limit.';
 const WHY_REPLAY =
-  'a replay is the same one read on both sides; idem then decodes the row into a key record (binary columns to text, the phase results and stored headers parsed from JSON) ' +
-  'and the engine decides and builds the replay in JavaScript, against a raw side that only checks the state column. The replay cache answers replays with no statement at all.';
+  'a replay is the same one read on both sides (one statement per replay, counted); idem’s own JavaScript per replay (the engine, the store, the row decoded into a key record, ' +
+  'the deadline timers) is about 5-6 µs of node CPU with the database replaced by a canned row (bench/mysql-replay-cpu.ts canned). Under load at c = 16 a replay costs ' +
+  'about 1.35 × the raw read’s node CPU, a checkout / query / release of the same read without idem about 1.06 ×, and idem without the deadline the same as with it: ' +
+  'the rest is not a column, a conversion or a statement that could be cut (bench/notes.md, MySQL replay read), on two cores shared with the server. The replay cache answers replays with no statement at all.';
 
 interface Row {
   concurrency: number;

@@ -15,7 +15,7 @@ import pg from 'pg';
 import postgres from 'postgres';
 import { uniqueTable } from './lib/config.js';
 import { dropTable, fillDone, FINGERPRINT, keyTable, SCOPE } from './lib/fixtures.js';
-import { closedLoop } from './lib/measure.js';
+import { alternateCpu, type CpuSide, replaySide, reportCpu } from './lib/cpu-sides.js';
 
 const [c = '16', ms = '1500', rounds = '6', ...trees] = process.argv.slice(2);
 const concurrency = Number(c);
@@ -27,8 +27,7 @@ const key = (i: number) => `k${(i % 1000) + 1}`;
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const pgjs = process.env.IDEM_DRIVER === 'postgresjs' ? postgres(url, { max: concurrency, onnotice: () => undefined }) : undefined;
 
-type Op = (i: number) => Promise<unknown>;
-const sides: Array<{ name: string; op: Op; cpu: number[] }> = [];
+const sides: CpuSide[] = [];
 const readText = `SELECT state, fingerprint, response_status, response_headers, response_body FROM "${table}" WHERE scope = $1 AND key = $2`;
 sides.push({
   name: 'raw',
@@ -50,39 +49,10 @@ for (const spec of trees.length ? trees : ['.']) {
   const engine = new IdempotencyEngine({ store });
   // Warm the store's replay share so it reads first, as in a replay workload.
   for (let i = 0; i < 64; i++) await engine.begin({ scope: SCOPE, key: key(i), fingerprint: FINGERPRINT });
-  sides.push({
-    name: spec,
-    op: async (i) => {
-      const begun = await engine.begin({ scope: SCOPE, key: key(i), fingerprint: FINGERPRINT });
-      if (begun.kind !== 'replay') throw new Error(`expected a replay, got ${begun.kind}`);
-    },
-    cpu: [],
-  });
+  sides.push(replaySide(spec, engine, key));
 }
-for (const side of sides) await closedLoop(side.op, concurrency, 300); // warm-up
-for (let r = 0; r < Number(rounds); r++) {
-  const order = r % 2 ? [...sides].reverse() : sides;
-  for (const side of order) {
-    const before = process.cpuUsage();
-    const stats = await closedLoop(side.op, concurrency, Number(ms));
-    const used = process.cpuUsage(before);
-    side.cpu.push((used.user + used.system) / stats.ops);
-  }
-}
-const med = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
-const raw = sides[0]!;
-for (const side of sides) {
-  const ratios = side.cpu.map((v, i) => v / raw.cpu[i]!);
-  console.log(
-    `${side.name.padEnd(28)} µs/op median ${med(side.cpu).toFixed(1)} (${Math.min(...side.cpu).toFixed(1)}–${Math.max(...side.cpu).toFixed(1)})` +
-      `  / raw ${med(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`,
-  );
-}
-// Each tree after the first against the first, round by round (e.g. this tree against main's).
-for (const side of sides.slice(2)) {
-  const ratios = side.cpu.map((v, i) => v / sides[1]!.cpu[i]!);
-  console.log(`${side.name} / ${sides[1]!.name}: ${med(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`);
-}
+await alternateCpu(sides, concurrency, Number(ms), Number(rounds));
+reportCpu(sides);
 await dropTable(pool, table);
 await pool.end();
 await pgjs?.end();

@@ -68,6 +68,8 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
         );
       assert.ok(error instanceof StoreTimeoutError, `the deadline's own error (a 503, not a counted failure), got ${String(error)}`);
       assert.ok(isTransientFailure(error));
+      // The message (built only past the deadline) names the statement that ran out of time.
+      assert.match((error as Error).message, /^idem\/mysql: UPDATE `/);
       await holder.query('ROLLBACK');
       // Drizzle rolls its transaction back and releases the connection: its pool serves the next query on it.
       const [rows] = (await orm.execute(sql`SELECT CONNECTION_ID() AS id`)) as unknown as [Array<{ id: number }>];

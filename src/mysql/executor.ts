@@ -64,7 +64,8 @@ export class MySqlExecutor<C extends MySqlConnectionLike> {
    */
   async on<R = MySqlRow[]>(conn: MySqlConnectionLike, sql: string, values: unknown[] = [], timed = true, owned = true): Promise<R> {
     const run = conn.query({ sql, values, rowsAsArray: false, nestTables: false, typeCast: true });
-    const describe = `idem/mysql: ${sql.trim().split(/\s+/).slice(0, 3).join(' ')} …`;
+    // Built only past the deadline: splitting the statement's text costs µs on every statement.
+    const describe = () => `idem/mysql: ${sql.trim().split(/\s+/).slice(0, 3).join(' ')} …`;
     const [result] = timed ? await withDeadline(run, this.timeoutMs, describe, () => owned && this.destroy(conn as C)) : await run;
     return result as R;
   }
