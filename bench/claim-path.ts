@@ -31,13 +31,16 @@ const REPLAY_KEYS = 1000;
 const LEASE_MS = 60_000;
 const RETENTION_MS = 86_400_000;
 
-/** The replay read before the lean one (issue 18): the whole record, its columns parsed by the driver. */
-const wholeRecordRead = (
-  t: string,
-) => `SELECT state, fingerprint, recovery_point, phase_results, lock_version::text AS lock_version, claim_id::text AS claim_id,
-        response_status, response_headers, response_body, response_body_ref, response_key_id, created_at,
-        created_at <= now() - $3::int8 * interval '1 millisecond' AS retention_expired, (date_part('epoch', created_at - now()) * 1000 + $3::int8) AS retention_remaining_ms
-      FROM "${t}" WHERE scope = $1 AND key = $2`;
+/**
+ * The replay read before the lean ones (issue 18): the whole record's columns, each parsed by the
+ * driver, beside the `record` column the store decodes (src/postgres/sql/claim.ts `readDone`).
+ */
+const wholeRecordRead = (t: string) => `SELECT state, fingerprint, response_status, response_headers, response_body, recovery_point, phase_results,
+        lock_version::text AS lock_version, claim_id::text AS claim_id, response_body_ref, response_key_id, created_at,
+        created_at <= now() - $3::int8 * interval '1 millisecond' AS retention_expired, (date_part('epoch', created_at - now()) * 1000 + $3::int8) AS retention_remaining_ms,
+        json_build_array(lock_version::text, claim_id, created_at, date_part('epoch', created_at - now()) * 1000 + $3::int8,
+          response_body_ref, response_key_id, phase_results) AS record
+      FROM "${t}" WHERE scope = $1 AND key = $2 AND created_at > now() - $3::int8 * interval '1 millisecond'`;
 
 const contextOf = (store: PostgresStore) => (store as unknown as { ctx: StoreContext }).ctx;
 

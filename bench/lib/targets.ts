@@ -23,7 +23,8 @@ export const TARGETS: Target[] = [
   { id: 'lib-replay-1', section: 'library', name: 'library: replay, idem / raw, c=1', atLeast: 0.9 },
   { id: 'lib-new-64', section: 'library', name: 'library: new request, idem / raw, c=64', atLeast: 0.9 },
   { id: 'lib-replay-64', section: 'library', name: 'library: replay, idem / raw, c=64', atLeast: 0.9 },
-  { id: 'http-hono-replay', section: 'http', name: 'HTTP: replay behind idem (PostgreSQL, no cache) / bare Hono handler, c=16', atLeast: 0.6 },
+  // Issue 18 asked 0.6 of bare for a replay; issue 27 set 0.6 with the replay cache and 0.3 without.
+  { id: 'http-hono-replay', section: 'http', name: 'HTTP: replay behind idem (PostgreSQL, no cache) / bare Hono handler, c=16', atLeast: 0.3 },
   { id: 'http-hono-replay-cached', section: 'http', name: 'HTTP: replay behind idem (PostgreSQL, replayCache on) / bare Hono handler, c=16', atLeast: 0.6 },
   { id: 'peers-replay', section: 'peers', name: "peers: idem's replays (PostgreSQL, replay cache on) / fastest correct peer", atLeast: 1 },
   { id: 'peers-redis-new', section: 'peers', name: "peers: idem's new keys (Redis store) / fastest correct Redis peer", atLeast: 1 },
