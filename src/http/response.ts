@@ -175,12 +175,16 @@ export function isNullBodyStatus(status: number): boolean {
  * Headers object is validated and copied again.
  */
 export function replayResponse(stored: StoredResponse): Response {
-  const status = stored.status;
-  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: replayHeaders(stored) });
+  return replayOf(stored, replayHeaders(stored));
 }
 
 /** {@link replayResponse} for a record the replay cache handed out (protocol.md K20): its headers are built once, and each replay gets a copy. */
 export function cachedReplayResponse(stored: StoredResponse): Response {
+  return replayOf(stored, { ...sharedReplayHeaders(stored) });
+}
+
+/** The replay's Response: no init spread, no Headers object (see {@link replayResponse}). */
+function replayOf(stored: StoredResponse, headers: Record<string, string>): Response {
   const status = stored.status;
-  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers: { ...sharedReplayHeaders(stored) } });
+  return new Response(NULL_BODY.has(status) ? null : stored.body, { status, headers });
 }

@@ -58,37 +58,34 @@ export interface DoneRow {
   keyId: unknown;
 }
 
+/** A `readDone` row and its one json column, parsed: [token, claim id, created_at, retention ms left, body ref, key id, phase results]. */
+interface DoneSource {
+  row: Row;
+  packed: [string, string, string, number, unknown, unknown, PhaseResults | null];
+}
+
+/** How a `readDone` row reads as a record, through the same decoder: a finished row holds no lease and its recovery point is `finished`. */
+const DONE_COLUMNS: RecordColumns<DoneSource> = {
+  state: () => KeyState.Done,
+  fingerprint: (s) => ROW_COLUMNS.fingerprint(s.row),
+  recoveryPoint: () => RECOVERY_POINT_FINISHED,
+  phaseResults: (s) => s.packed[6] ?? {},
+  token: (s) => Number(s.packed[0]),
+  claimId: (s) => String(s.packed[1]),
+  leaseExpired: () => true,
+  leaseRemainingMs: () => 0,
+  // json's ISO text of the timestamptz, with its offset; read to the ms, as a timestamptz column is.
+  createdAt: (s) => timestamp(s.packed[2]),
+  retentionRemainingMs: (s) => Number(s.packed[3]),
+  response: (s) => ROW_COLUMNS.response(s.row),
+};
+
 /**
  * A `readDone` row (a finished key within retention, sql/claim.ts) as a record: the replay's
  * five columns as they are, the rest from its one json column. The same record `toRecord`
- * makes of the whole row (test/claim-path.test.ts compares them): a finished row holds no
- * lease and its recovery point is `finished`.
+ * makes of the whole row (test/claim-path.test.ts compares them).
  */
 export function doneRecord(row: Row, scope: string, key: string): DoneRow {
-  const packed = (typeof row.record === 'string' ? JSON.parse(row.record) : row.record) as [
-    string,
-    string,
-    string,
-    number,
-    unknown,
-    unknown,
-    PhaseResults | null,
-  ];
-  const record: KeyRecord = {
-    scope,
-    key,
-    state: KeyState.Done,
-    fingerprint: bytes(row.fingerprint),
-    recoveryPoint: RECOVERY_POINT_FINISHED,
-    phaseResults: packed[6] ?? {},
-    token: Number(packed[0]),
-    claimId: String(packed[1]),
-    leaseExpired: true,
-    leaseRemainingMs: 0,
-    // json's ISO text of the timestamptz, with its offset; read to the ms, as a timestamptz column is.
-    createdAt: timestamp(packed[2]),
-    retentionRemainingMs: Number(packed[3]),
-    response: { status: Number(row.response_status), headers: (row.response_headers ?? []) as Array<[string, string]>, body: bytes(row.response_body) },
-  };
-  return { record, bodyRef: packed[4], keyId: packed[5] };
+  const packed = (typeof row.record === 'string' ? JSON.parse(row.record) : row.record) as DoneSource['packed'];
+  return { record: decodeRecord(DONE_COLUMNS, { row, packed }, scope, key), bodyRef: packed[4], keyId: packed[5] };
 }
