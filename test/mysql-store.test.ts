@@ -14,7 +14,7 @@ import { IdempotencyEngine } from '../src/engine/engine.js';
 import { InvalidOptionError } from '../src/core/errors.js';
 import { drizzleMySql, MySqlStore } from '../src/mysql/index.js';
 import { StoreTimeoutError } from '../src/store/deadline.js';
-import { isTransientFailure } from '../src/http/attempts.js';
+import { isTransientFailure } from '../src/engine/failures.js';
 import { needs } from './helpers/services.js';
 import { openMySqlDatabase } from './helpers/mysql-stores.js';
 import { tableName } from './helpers/engines.js';

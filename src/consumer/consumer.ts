@@ -1,11 +1,10 @@
-import { decide } from '../core/decide.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey } from '../core/key.js';
-import { InvalidKeyError, InvalidOptionError, InvalidScopeError, LeaseLostError } from '../core/errors.js';
+import { InvalidKeyError, InvalidOptionError, InvalidScopeError } from '../core/errors.js';
+import { Attempt, type AttemptPolicy, runAttempt } from '../engine/attempt.js';
+import { type BatchItemEnd, canBatch } from '../engine/batch.js';
 import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
-import { isTransientFailure } from '../http/attempts.js';
 import type { Execution } from '../engine/execution.js';
-import type { BatchingStore, BatchOutcome } from '../store/types.js';
 import { MessageContext, resultResponse } from './context.js';
 import type { ConsumedMessage, Disposition } from './types.js';
 
@@ -91,6 +90,8 @@ export class IdempotentConsumer<Tx = unknown> {
   private readonly retryDelay: (attempt: number) => number;
   private readonly inProgressDelay: (attempt: number) => number;
   private readonly waitMs: number;
+  /** The attempt policy of a message whose source counts no deliveries (the store counts). */
+  private readonly policy: AttemptPolicy<Tx>;
 
   /** @throws {InvalidOptionError} for a missing store or scope, or out-of-range numbers. */
   constructor(options: ConsumerOptions<Tx>) {
@@ -104,6 +105,7 @@ export class IdempotentConsumer<Tx = unknown> {
     if (!Number.isInteger(this.maxAttempts) || this.maxAttempts < 1) {
       throw new InvalidOptionError('idem: maxAttempts must be a positive integer');
     }
+    this.policy = { maxAttempts: this.maxAttempts };
     this.keyOf = options.key ?? ((m) => m.id);
     const delay = options.retryDelayMs;
     if (typeof delay === 'number' && !(delay >= 0)) throw new InvalidOptionError('idem: retryDelayMs must be >= 0');
@@ -185,8 +187,7 @@ export class IdempotentConsumer<Tx = unknown> {
    */
   async consumeBatch(messages: readonly ConsumedMessage[], effects: MessageEffects<Tx>): Promise<Disposition[]> {
     const alone = (message: ConsumedMessage) => this.consume(message, (ctx) => ctx.complete((tx) => effects(tx, ctx.message)));
-    const store = this.engine.store as Partial<BatchingStore<Tx>>;
-    if (typeof store.commitBatch !== 'function') return Promise.all(messages.map(alone));
+    if (!canBatch(this.engine.store)) return Promise.all(messages.map(alone));
     const dispositions: Array<Disposition | undefined> = messages.map(() => undefined);
     const items: Array<{ key: string; fingerprint: Uint8Array }> = [];
     const at: number[] = [];
@@ -204,58 +205,54 @@ export class IdempotentConsumer<Tx = unknown> {
         // an invalid id or payload: dead-lettered on its own path
       }
     }
-    let outcomes: BatchOutcome[] | undefined;
+    let outcomes: BatchItemEnd[] | undefined;
     if (items.length > 0) {
       try {
-        const input = { scope: this.scope, items, leaseMs: this.engine.leaseMs, retentionMs: this.engine.retentionMs };
-        outcomes = await store.commitBatch(input, async (tx, j) => resultResponse(await effects(tx, messages[at[j]!]!)));
+        outcomes = await this.engine.commitBatch(this.scope, items, async (tx, j) => resultResponse(await effects(tx, messages[at[j]!]!)));
       } catch {
         // Rolled back, nothing committed: every message goes its own way below.
       }
     }
     outcomes?.forEach((outcome, j) => {
-      if (outcome.kind === 'done') dispositions[at[j]!] = { action: 'ack', reason: 'processed' };
-      else if (outcome.kind === 'exists') {
-        const decision = decide(outcome.record, items[j]!.fingerprint).kind;
-        if (decision === 'replay') dispositions[at[j]!] = { action: 'ack', reason: 'duplicate' };
-        else if (decision === 'mismatch') dispositions[at[j]!] = { action: 'dead-letter', reason: 'mismatch' };
-      }
+      if (outcome?.kind === 'done') dispositions[at[j]!] = { action: 'ack', reason: 'processed' };
+      else if (outcome?.kind === 'replay') dispositions[at[j]!] = { action: 'ack', reason: 'duplicate' };
+      else if (outcome?.kind === 'mismatch') dispositions[at[j]!] = { action: 'dead-letter', reason: 'mismatch' };
     });
     return Promise.all(messages.map((message, i) => dispositions[i] ?? alone(message)));
   }
 
+  /** One attempt through the engine (protocol.md K5, K23); this translates how it ended into a disposition. */
   private async run(execution: Execution<Tx>, message: ConsumedMessage, attempt: number, handler: MessageHandler<Tx>): Promise<Disposition> {
-    const failed = execution.failedAttempts;
-    // A source that does not count deliveries (a Kinesis or DynamoDB stream) leaves `attempt`
-    // out: the key's own count in the store is then the only one (protocol.md K23).
+    // A source that counts deliveries (a broker) gives the attempt; one that does not (a Kinesis
+    // or DynamoDB stream) leaves `attempt` out, and the key's own count in the store is the only one.
     const counted = message.attempt !== undefined;
-    if (failed !== undefined && failed >= this.maxAttempts && (attempt > 1 || !counted)) {
-      // protocol.md K23: the store counted the takeovers of leases that ran out unreleased (a
-      // handler that kills its process on every delivery); the handler does not run again. A
-      // fresh publish of the id (attempt 1: a re-drive from the dead-letter queue) gets one more run.
-      await execution.release().catch(() => undefined);
-      return { action: 'dead-letter', reason: 'max-attempts' };
+    const policy: AttemptPolicy<Tx> = counted ? { maxAttempts: this.maxAttempts, deliveries: attempt } : this.policy;
+    const end = await runAttempt(new Attempt(execution, policy), async () => {
+      await handler(new MessageContext<Tx>(message, execution));
+      return resultResponse(undefined);
+    });
+    switch (end.kind) {
+      case 'done':
+        return { action: 'ack', reason: 'processed' };
+      case 'failed-permanently':
+        // protocol.md K23: nothing is stored for a message; the dead-letter queue keeps it, and a
+        // fresh publish of the id (attempt 1: a re-drive) gets one more run.
+        return end.error === undefined
+          ? { action: 'dead-letter', reason: 'max-attempts' }
+          : { action: 'dead-letter', reason: 'max-attempts', error: end.error };
+      case 'lease-lost':
+        return end.error === undefined
+          ? { action: 'retry', reason: 'lease-lost', delayMs: this.retryDelay(1) }
+          : { action: 'retry', reason: 'lease-lost', delayMs: this.retryDelay(1), error: end.error };
+      case 'failed':
+        return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt), error: end.error };
+      case 'store-unavailable':
+        // The finish failed: the broker's count still spends this delivery.
+        if (counted && attempt >= this.maxAttempts) return { action: 'dead-letter', reason: 'max-attempts', error: end.error };
+        return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt), error: end.error };
+      case 'released':
+        // The handler ended the execution some other way (release, discard): nothing is finished.
+        return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt) };
     }
-    const ctx = new MessageContext<Tx>(message, execution);
-    try {
-      await handler(ctx);
-      if (execution.status === 'open') await execution.finish(resultResponse(undefined));
-    } catch (error) {
-      if (error instanceof LeaseLostError || execution.status === 'lost') {
-        return { action: 'retry', reason: 'lease-lost', delayMs: this.retryDelay(1), error };
-      }
-      // No delivery count: the store counts the failure where it can (countFailure), as over HTTP.
-      const stored = counted || isTransientFailure(error) ? undefined : await execution.countFailure().catch(() => undefined);
-      await execution.release().catch(() => undefined);
-      if ((counted && attempt >= this.maxAttempts) || (stored !== undefined && stored >= this.maxAttempts)) {
-        return { action: 'dead-letter', reason: 'max-attempts', error };
-      }
-      return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt), error };
-    }
-    if (execution.status !== 'done') {
-      // The handler ended the execution some other way (release, discard): nothing is finished.
-      return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt) };
-    }
-    return { action: 'ack', reason: 'processed' };
   }
 }

@@ -1,13 +1,15 @@
 /**
- * Errors thrown by idem. Every error has a stable `code` (match on it, never on the message)
- * and, where another error caused it, `cause`. Expected outcomes of the protocol (replay,
- * mismatch, in progress) are results, not errors; these are for misuse and for failures.
+ * Errors thrown by idem. Every error has a stable `code` (match on it, never on the message),
+ * says where it is thrown whether a retry can succeed (`retryable`), and, where another error
+ * caused it, carries `cause`. Expected outcomes of the protocol (replay, mismatch, in progress)
+ * are results, not errors; these are for misuse and for failures. `retryable` is the failure
+ * rule's input (protocol.md K5): a failure a retry can outgrow never counts toward
+ * `maxAttempts`; one the same request meets again does.
  */
 
 /** Stable error codes, one per condition. */
 export const ErrorCode = {
   InvalidKey: 'IDEM_INVALID_KEY',
-  MissingKey: 'IDEM_MISSING_KEY',
   InvalidScope: 'IDEM_INVALID_SCOPE',
   InvalidPhase: 'IDEM_INVALID_PHASE',
   InvalidOption: 'IDEM_INVALID_OPTION',
@@ -18,6 +20,13 @@ export const ErrorCode = {
   ResponseUnreadable: 'IDEM_RESPONSE_UNREADABLE',
   MissingDependency: 'IDEM_MISSING_DEPENDENCY',
   UnsupportedResponse: 'IDEM_UNSUPPORTED_RESPONSE',
+  StoreTimeout: 'IDEM_STORE_TIMEOUT',
+  MissingPartition: 'IDEM_MISSING_PARTITION',
+  FailedPermanently: 'IDEM_FAILED_PERMANENTLY',
+  // idem/redis durability (src/redis/options.ts)
+  NotReplicated: 'IDEM_REDIS_NOT_REPLICATED',
+  // idem/webhooks (src/webhooks/presets.ts)
+  WebhookRefused: 'IDEM_WEBHOOK_REFUSED',
   // idem/function (src/function)
   KeyMismatch: 'IDEM_KEY_MISMATCH',
   KeyInProgress: 'IDEM_KEY_IN_PROGRESS',
@@ -32,14 +41,28 @@ export const ErrorCode = {
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
+/** Options of {@link IdempotencyError}: the cause, and whether a retry can succeed. */
+export interface IdempotencyErrorOptions {
+  cause?: unknown;
+  /** True when the same request, sent again later, can succeed (the store back, the lease free). @default false */
+  retryable?: boolean;
+}
+
 /** Base class of every error idem throws. */
 export class IdempotencyError extends Error {
   /** Stable machine-readable code, e.g. `IDEM_LEASE_LOST`. */
   readonly code: ErrorCode;
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  /**
+   * True when a later attempt of the same request can succeed (the store unreachable, a lease
+   * lost, a key in progress); false when it would meet this error again (a refused response, a
+   * bad option). A retryable failure never counts toward `maxAttempts` (protocol.md K5).
+   */
+  readonly retryable: boolean;
+  constructor(code: ErrorCode, message: string, options?: IdempotencyErrorOptions) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
+    this.retryable = options?.retryable === true;
   }
 }
 
@@ -50,13 +73,6 @@ export class IdempotencyError extends Error {
 export class InvalidKeyError extends IdempotencyError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(ErrorCode.InvalidKey, message, options);
-  }
-}
-
-/** The route requires an idempotency key and none was sent (protocol.md H2). */
-export class MissingKeyError extends IdempotencyError {
-  constructor(message = 'An idempotency key is required for this request') {
-    super(ErrorCode.MissingKey, message);
   }
 }
 
@@ -88,14 +104,14 @@ export class InvalidOptionError extends IdempotencyError {
  */
 export class LeaseLostError extends IdempotencyError {
   constructor(message = 'The lease on this idempotency key was lost to another worker; the write was rolled back') {
-    super(ErrorCode.LeaseLost, message);
+    super(ErrorCode.LeaseLost, message, { retryable: true });
   }
 }
 
 /** The store could not be reached or failed; `cause` carries the driver's error (with its SQLSTATE `code`). */
 export class StoreUnavailableError extends IdempotencyError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(ErrorCode.StoreUnavailable, message, options);
+    super(ErrorCode.StoreUnavailable, message, { cause: options?.cause, retryable: true });
   }
 }
 
@@ -156,5 +172,39 @@ export class MissingDependencyError extends IdempotencyError {
 export class UnsupportedResponseError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.UnsupportedResponse, message);
+  }
+}
+
+/**
+ * A call of idem's to its store missed its deadline (`storeTimeoutMs`, protocol.md H17), or a
+ * pool's queue was full: the store is silent, down or overloaded. The engine answers 503 with
+ * `Retry-After`; a retry can succeed.
+ */
+export class StoreTimeoutError extends IdempotencyError {
+  constructor(message: string) {
+    super(ErrorCode.StoreTimeout, message, { retryable: true });
+  }
+}
+
+/**
+ * A partitioned PostgreSQL store has no partition for today (UTC): `store.maintain()` or
+ * `idem partitions` has not run. Retryable: the next attempt succeeds once maintenance has run.
+ */
+export class MissingPartitionError extends IdempotencyError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ErrorCode.MissingPartition, message, { cause: options?.cause, retryable: true });
+  }
+}
+
+/**
+ * The work failed on `maxAttempts` attempts of this key and will not run again with it
+ * (protocol.md K5, K23): the key's stored outcome from now on.
+ */
+export class FailedPermanentlyError extends IdempotencyError {
+  /** The failed attempts the store counted. */
+  readonly failedAttempts: number;
+  constructor(message: string, failedAttempts: number, options?: { cause?: unknown }) {
+    super(ErrorCode.FailedPermanently, message, options);
+    this.failedAttempts = failedAttempts;
   }
 }

@@ -1,7 +1,7 @@
 import { PHASE_NAME_PATTERN, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START } from '../core/constants.js';
 import { deriveKey } from '../core/derived-key.js';
-import { ExecutionClosedError, InvalidPhaseError, LeaseLostError } from '../core/errors.js';
-import type { IdempotencyStore, KeyRef, PhaseResults, StoredResponse } from '../store/types.js';
+import { ExecutionClosedError, InvalidOptionError, InvalidPhaseError, LeaseLostError } from '../core/errors.js';
+import type { IdempotencyStore, KeyRef, PhaseResults, RequestSnapshot, StoredResponse } from '../store/types.js';
 
 /** Settings an execution needs from its engine. */
 export interface ExecutionSettings {
@@ -69,6 +69,8 @@ export class Execution<Tx = unknown> {
   readonly claimId: string;
   /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim or when the store does not count. */
   readonly failedAttempts: number | undefined;
+  /** The response {@link finish} stored, once it has. */
+  stored: StoredResponse | undefined;
   /**
    * When the key's retention ends (its claim's `created_at` + the engine's `retentionMs`), set
    * by the engine on a claim (from the store's retention left, else this process's clock) and
@@ -245,6 +247,7 @@ export class Execution<Tx = unknown> {
       if (outcome.kind === 'fenced') throw this.lost();
       stored = response;
     }
+    this.stored = stored;
     this.close('done');
     this.emit('finished');
     this.settings.onFinished?.(stored, { ...this.results });
@@ -290,6 +293,18 @@ export class Execution<Tx = unknown> {
       }, delayMs).unref?.();
     };
     retry();
+  }
+
+  /**
+   * Stores the request's snapshot beside the key (fenced; option `storeRequests`), for a
+   * completer to run it again without its client.
+   * @returns false when another worker took the key over; nothing was stored
+   * @throws {InvalidOptionError} the store keeps no requests
+   */
+  async saveRequest(request: RequestSnapshot): Promise<boolean> {
+    this.ensureOpen();
+    if (typeof this.store.saveRequest !== 'function') throw new InvalidOptionError('idem: this store keeps no request snapshots (saveRequest)');
+    return (await this.store.saveRequest(this.ref, request)).kind === 'ok';
   }
 
   /**

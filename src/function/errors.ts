@@ -25,6 +25,7 @@ export class KeyInProgressError extends IdempotencyError {
     super(
       ErrorCode.KeyInProgress,
       `The key ${JSON.stringify(key)} of ${JSON.stringify(scope)} is being worked on by another caller; retry in ${retryAfterMs} ms`,
+      { retryable: true },
     );
     this.scope = scope;
     this.key = key;

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { IdempotencyError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
+import { ErrorCode, IdempotencyError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
+import { Attempt, type AttemptPolicy, runAttempt } from '../engine/attempt.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
@@ -48,10 +49,12 @@ export type FunctionOptions<A extends unknown[], R, Tx = unknown> = ({ engine: I
    */
   waitMs?: number;
   /**
-   * A call whose process died inside `fn` this many times (each counted when the next call
-   * takes its lease over, protocol.md K23) does not run `fn` again: the key is finished with a
-   * stored failure (code `IDEM_FAILED_PERMANENTLY`) that this and every later call throw as
-   * {@link StoredFailureError}. `Infinity` turns it off.
+   * A key whose calls failed this many times does not run `fn` again (protocol.md K5, K23):
+   * throws that would repeat (not idem's retryable errors, not errors marked `transient: true`)
+   * and processes that died inside `fn` (each counted when the next call takes its lease over)
+   * both count. The last one finishes the key with a stored failure (code
+   * `IDEM_FAILED_PERMANENTLY`) that every later call throws as {@link StoredFailureError}; the
+   * call whose throw was the last gets its own error. `Infinity` turns it off.
    * @default 5
    */
   maxAttempts?: number;
@@ -140,42 +143,42 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
     }
   };
 
+  // One policy for every call (protocol.md K5, K23): a throw that counts is released until the
+  // last allowed attempt, which stores the permanent failure; `storeErrors` keeps a failure at once.
+  const policy: AttemptPolicy<Tx> = {
+    maxAttempts,
+    storeFailure: (error) => (!(error instanceof IdempotencyError) && keeps(error) ? failureRecord(error) : undefined),
+    exhausted: (failed) =>
+      failureRecord({
+        name: 'IdempotencyError',
+        code: ErrorCode.FailedPermanently,
+        message: `the function failed ${failed} times with this key (thrown or its process ended)`,
+      }),
+  };
+
+  /** One attempt through the engine; this translates how it ended into the value or the error. */
   async function run(execution: Execution<Tx>, args: A): Promise<R> {
-    const crashed = execution.failedAttempts;
-    if (crashed !== undefined && crashed >= maxAttempts) {
-      // protocol.md K23: a crash loop ends; the failure is the key's outcome from now on.
-      const stored = await execution.finish(
-        failureRecord({ name: 'IdempotencyError', code: 'IDEM_FAILED_PERMANENTLY', message: `the function's process ended ${crashed} times inside it` }),
-      );
-      throw new StoredFailureError(readFailure(stored));
-    }
     const ctx = new FunctionContext<Tx, R>(execution, codec);
-    let value: R;
-    try {
-      value = await fn(ctx, ...args);
-    } catch (error) {
-      if (error instanceof LeaseLostError || execution.status === 'lost') throw error;
-      if (execution.status === 'open' && !(error instanceof IdempotencyError) && keeps(error)) {
-        await execution.finish(failureRecord(error));
-        throw error;
-      }
-      // protocol.md K10: release with the recovery point kept; the next call resumes.
-      await execution.release().catch(() => undefined);
-      throw error;
+    const end = await runAttempt(new Attempt(execution, policy), async () => {
+      const value = await fn(ctx, ...args);
+      // A result the codec cannot encode (a bigint or a cycle under JSON) fails the attempt.
+      return ctx.completed ? execution.stored! : resultRecord(codec, value);
+    });
+    switch (end.kind) {
+      case 'done':
+        return ctx.completed ? ctx.completed.value : codec.decode(end.response.body);
+      case 'failed':
+      case 'store-unavailable':
+        throw end.error;
+      case 'failed-permanently':
+        // This attempt's own error when it was the last; a spent crash loop the stored failure.
+        if (end.error !== undefined) throw end.error;
+        throw new StoredFailureError(readFailure(end.response!));
+      case 'lease-lost':
+        throw end.error ?? new LeaseLostError();
+      case 'released':
+        throw new InvalidOptionError('idem: the function ended its execution itself; nothing was stored');
     }
-    if (ctx.completed) return ctx.completed.value;
-    if (execution.status !== 'open') throw new InvalidOptionError('idem: the function ended its execution itself; nothing was stored');
-    let record: ReturnType<typeof resultRecord>;
-    try {
-      record = resultRecord(codec, value);
-    } catch (error) {
-      // A result the codec cannot encode (a bigint or a cycle under JSON): nothing is stored and
-      // the key is released at once (protocol.md K10), not held by the heartbeat until its deadline.
-      await execution.release().catch(() => undefined);
-      throw error;
-    }
-    const stored = await execution.finish(record);
-    return codec.decode(stored.body);
   }
 
   const call = (...args: A) => outcome({}, ...args).then((o) => o.value);

@@ -1,36 +1,134 @@
 /**
- * Which failed attempts count toward `maxAttempts` (protocol.md K5): a failure the same
- * request would meet again (a handler bug, data the database refuses) counts; a failure of the
- * infrastructure (the store unreachable or past its deadline, a dropped connection, a
- * serialization conflict, a lost lease) does not, since a later attempt can succeed and a
- * database outage must never fail payments for good. An application marks its own outage
- * errors (a payment provider down) with `transient: true`.
+ * HTTP's side of the engine's attempt (src/engine/attempt.ts, protocol.md K5, K23): the policy
+ * HTTP runs every request under, and the translation of each {@link AttemptEnd} into the
+ * response a client gets. HTTP decides nothing about failures here; it only words them.
  */
-import { IdempotencyError } from '../core/errors.js';
+import { Attempt, type AttemptEnd, type AttemptPolicy } from '../engine/attempt.js';
+import type { Execution } from '../engine/execution.js';
+import type { StoredResponse } from '../store/types.js';
+import { bodyResponse } from './response.js';
+import type { ResponseCapture } from './response.js';
+import { idemProblem, ProblemKind, type ProblemFormat } from './problem.js';
 
-/** SQLSTATE classes and codes that say "try again": connection (08), resources (53), operator intervention (57), serialization (40001) and deadlock (40P01). */
-const TRANSIENT_SQLSTATE = /^(08|53|57)|^40001$|^40P01$/;
-/** Node's network error codes, and mysql2's for a lock wait that timed out (MySQL's SQLSTATE there is the generic HY000). */
-const TRANSIENT_NODE = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ER_LOCK_WAIT_TIMEOUT']);
+/** What {@link HttpAttempts} needs of the HTTP core. */
+export interface HttpAttemptSettings {
+  maxAttempts: number;
+  /** `store`: a handler's throw is the key's stored outcome (`onThrow`). */
+  storeThrows: boolean;
+  capture: ResponseCapture;
+  problems: ProblemFormat;
+  /** The response with the expiry header added, when it is on (protocol.md H40). */
+  withExpiry: (response: Response, execution: Execution<never>) => Response;
+}
 
-/**
- * True when `error` (or an error in its `cause` chain) is a failure of the infrastructure rather
- * than of the request: it does not count toward `maxAttempts`.
- */
-export function isTransientFailure(error: unknown): boolean {
-  for (let e = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    if (e instanceof IdempotencyError) return true; // lease lost, store unavailable, …
-    if ((e as { transient?: unknown }).transient === true) return true; // the app says so (a provider outage)
-    if (e.name === 'StoreTimeoutError' || e.name === 'TimeoutError' || e.name === 'AbortError') return true;
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && (TRANSIENT_NODE.has(code) || (code.length === 5 && TRANSIENT_SQLSTATE.test(code)))) return true;
-    // mysql2 (MySQL, MariaDB): the SQLSTATE is `sqlState` (its `code` is a name, ER_LOCK_DEADLOCK),
-    // and an error that ended the connection (lost, cut, closed) is marked `fatal`.
-    const sqlState = (e as { sqlState?: unknown }).sqlState;
-    if (typeof sqlState === 'string' && TRANSIENT_SQLSTATE.test(sqlState)) return true;
-    if ((e as { fatal?: unknown }).fatal === true) return true;
-    // node-postgres reports a connection that died mid-query without a code.
-    if (/Connection terminated|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(e.message)) return true;
+/** The HTTP attempt: one policy for every request of one handler, and the words for each end. */
+export class HttpAttempts<Tx = unknown> {
+  readonly policy: AttemptPolicy<Tx>;
+  /** The response sent for an outcome stored by the policy (a captured problem), by execution. */
+  private readonly sent = new WeakMap<Execution<Tx>, Response>();
+
+  constructor(private readonly settings: HttpAttemptSettings) {
+    this.policy = {
+      maxAttempts: settings.maxAttempts,
+      exhausted: (failed, execution) => this.captured(execution, this.permanentProblem(execution, failed)),
+      storeFailure: settings.storeThrows
+        ? (_error, execution) =>
+            this.captured(execution, this.problem(ProblemKind.ExecutionFailed, 500, 'The request failed. This outcome is stored for this idempotency key.'))
+        : undefined,
+    };
   }
-  return false;
+
+  /** protocol.md K23: the answer when a takeover found the key's attempts spent, or undefined to run the handler. */
+  async start(execution: Execution<Tx>): Promise<Response | undefined> {
+    if (execution.failedAttempts === undefined) return undefined;
+    const end = await new Attempt(execution, this.policy).start();
+    if (end?.kind === 'store-unavailable') return this.storeUnavailable();
+    return end && this.answer(execution, end, undefined);
+  }
+
+  /** The handler threw (or its body stream failed): the failure rule decides, this words it. */
+  async fail(execution: Execution<Tx>, error: unknown): Promise<Response> {
+    return this.answer(execution, await new Attempt(execution, this.policy).fail(error), error);
+  }
+
+  /** Stores `stored` (fenced): undefined when recorded, else the answer to send instead (409 lease lost, 503 store down). */
+  async record(execution: Execution<Tx>, stored: StoredResponse): Promise<Response | undefined> {
+    const end = await new Attempt(execution, this.policy).succeed(stored);
+    return end.kind === 'done' ? undefined : this.answer(execution, end, undefined);
+  }
+
+  /** The response for `end`. */
+  answer(execution: Execution<Tx>, end: AttemptEnd, error: unknown): Response {
+    switch (end.kind) {
+      case 'done':
+      case 'failed-permanently':
+        return end.response ? this.sentFor(execution, end.response) : this.failed();
+      case 'failed':
+        return end.stored ? this.sentFor(execution, end.stored) : this.failed();
+      case 'lease-lost':
+        return this.leaseLost();
+      case 'store-unavailable':
+        return error === undefined
+          ? this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' })
+          : this.failed();
+      case 'released':
+        return this.failed();
+    }
+  }
+
+  /** 409 `lease-lost`: another attempt took over this key. */
+  leaseLost(): Response {
+    return this.problem(
+      ProblemKind.LeaseLost,
+      409,
+      'Another attempt took over this request after its lease expired; this attempt stopped without recording a result. Retry with the same key to get the outcome.',
+      { 'retry-after': '1' },
+    );
+  }
+
+  /** 503 `store-unavailable`: nothing was executed. */
+  storeUnavailable(): Response {
+    return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', {
+      'retry-after': '1',
+    });
+  }
+
+  /** The 500 of a failed attempt that was released: the next one resumes (protocol.md K10). */
+  private failed(): Response {
+    return this.problem(
+      ProblemKind.ExecutionFailed,
+      500,
+      'The request failed before it completed. Retry with the same idempotency key; completed steps are not repeated.',
+    );
+  }
+
+  /** The `request-failed-permanently` problem (protocol.md K5, K23). */
+  private permanentProblem(execution: Execution<Tx>, failed: number): Response {
+    // After a committed step (a charge row, a provider call) a new key would run every step
+    // again: the detail says so instead of inviting a resend.
+    const attempts = `${failed} attempt${failed === 1 ? '' : 's'}`;
+    const detail = execution.workStarted
+      ? `The request failed on ${attempts} after some of its steps had completed (recovery point '${execution.recoveryPoint}'), and will not be tried again with this idempotency key. ` +
+        'Their effects remain: check them before sending the request again with a new key, which would run every step again.'
+      : `The request failed on ${attempts} and will not be tried again with this idempotency key. Fix the request and send it with a new key.`;
+    return this.problem(ProblemKind.FailedPermanently, 500, detail);
+  }
+
+  /** Captures `response` for storing; the copy to send is kept for {@link sentFor}. */
+  private async captured(execution: Execution<Tx>, response: Response): Promise<StoredResponse> {
+    const { stored, response: sent } = await this.settings.capture(response);
+    this.sent.set(execution, sent);
+    return stored;
+  }
+
+  /** The response to send for an outcome the policy stored, with the expiry header. */
+  private sentFor(execution: Execution<Tx>, stored: StoredResponse): Response {
+    const sent = this.sent.get(execution) ?? bodyResponse(stored.status, stored.body, { headers: stored.headers });
+    this.sent.delete(execution);
+    return this.settings.withExpiry(sent, execution as Execution<never>);
+  }
+
+  private problem(kind: ProblemKind, status: number, detail: string, headers?: Record<string, string>): Response {
+    return idemProblem(kind, status, detail, this.settings.problems, headers);
+  }
 }

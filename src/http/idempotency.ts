@@ -21,7 +21,7 @@ import {
   storedHeaders,
 } from './response.js';
 import { credentialScope } from './scope.js';
-import { isTransientFailure } from './attempts.js';
+import { HttpAttempts } from './attempts.js';
 import type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
 /** The expiry header's default name (protocol.md H40). */
@@ -93,6 +93,8 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly releaseStatuses: Set<number>;
   private readonly maxAttempts: number;
   private readonly problems: ProblemFormat;
+  /** The engine's attempt under HTTP's policy, and its answers (protocol.md K5, K23). */
+  private readonly attempts: HttpAttempts<Tx>;
   /** The expiry header's name (protocol.md H40), or undefined when off. */
   private readonly expiresHeader: string | undefined;
   private readonly fingerprintHeaders: readonly string[];
@@ -125,6 +127,13 @@ export class HttpIdempotency<Tx = unknown> {
       throw new InvalidOptionError('idem: maxAttempts must be a whole number >= 1, or Infinity');
     }
     this.problems = options.problems ?? {};
+    this.attempts = new HttpAttempts<Tx>({
+      maxAttempts: this.maxAttempts,
+      storeThrows: options.onThrow === 'store',
+      capture: this.capture,
+      problems: this.problems,
+      withExpiry: (response, execution) => this.withExpiry(response, execution as Execution<Tx>),
+    });
     const expires = options.expiresHeader;
     if (expires !== undefined && typeof expires !== 'boolean' && !(typeof expires === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(expires))) {
       throw new InvalidOptionError('idem: expiresHeader must be true, false or a header name');
@@ -245,7 +254,7 @@ export class HttpIdempotency<Tx = unknown> {
         });
       }
       case 'execute': {
-        const ended = begun.execution.failedAttempts === undefined ? undefined : await this.endCrashLoop(begun.execution);
+        const ended = await this.attempts.start(begun.execution);
         if (ended) return { kind: 'respond', response: ended };
         if (this.options.storeRequests) {
           const failed = await this.saveRequest(begun.execution, request);
@@ -343,7 +352,7 @@ export class HttpIdempotency<Tx = unknown> {
     request: Request,
     handler: (request: Request, context: IdempotencyContext<Tx>) => Response | Promise<Response>,
   ): Promise<Response> {
-    const ended = execution.failedAttempts === undefined ? undefined : await this.endCrashLoop(execution);
+    const ended = await this.attempts.start(execution);
     if (ended) return ended;
     const context = new IdempotencyContext<Tx>(execution, this.capture);
     let response: Response;
@@ -355,32 +364,6 @@ export class HttpIdempotency<Tx = unknown> {
     return this.complete(context, response);
   }
 
-  /** protocol.md K23: a takeover that read `maxAttempts` failed attempts (crashes too) stores the permanent problem, never runs the handler. */
-  private async endCrashLoop(execution: Execution<Tx>): Promise<Response | undefined> {
-    const failed = execution.failedAttempts;
-    if (failed === undefined || failed < this.maxAttempts) return undefined;
-    return this.failPermanently(execution, failed).catch(async (error: unknown) => {
-      if (error instanceof LeaseLostError) return this.leaseLost();
-      await execution.release().catch(() => undefined);
-      return this.storeUnavailable().response;
-    });
-  }
-
-  /** Finishes the key for good with the `request-failed-permanently` problem (protocol.md K5, K23). */
-  private async failPermanently(execution: Execution<Tx>, failed: number): Promise<Response> {
-    // After a committed step (a charge row, a provider call) a new key would run every step
-    // again: the detail says so instead of inviting a resend.
-    const attempts = `${failed} attempt${failed === 1 ? '' : 's'}`;
-    const detail = execution.workStarted
-      ? `The request failed on ${attempts} after some of its steps had completed (recovery point '${execution.recoveryPoint}'), and will not be tried again with this idempotency key. ` +
-        'Their effects remain: check them before sending the request again with a new key, which would run every step again.'
-      : `The request failed on ${attempts} and will not be tried again with this idempotency key. Fix the request and send it with a new key.`;
-    const final = this.problem(ProblemKind.FailedPermanently, 500, detail).response;
-    const { stored, response } = await this.capture(final);
-    await execution.finish(stored);
-    return response;
-  }
-
   /**
    * Stores the request snapshot before the handler runs (option `storeRequests`).
    * @returns a problem response when it could not be stored (the lease is then released), else undefined
@@ -388,23 +371,25 @@ export class HttpIdempotency<Tx = unknown> {
   private async saveRequest(execution: Execution<Tx>, request: HttpRequestInput): Promise<Response | undefined> {
     const url = new URL(request.url, 'http://idem.invalid');
     try {
-      const saved = await this.engine.store.saveRequest!(
-        { scope: execution.scope, key: execution.key, token: execution.token },
-        { method: request.method.toUpperCase(), url: url.pathname + url.search, contentType: request.headers.get('content-type'), body: request.body },
-      );
-      if (saved.kind === 'ok') return undefined;
+      const saved = await execution.saveRequest({
+        method: request.method.toUpperCase(),
+        url: url.pathname + url.search,
+        contentType: request.headers.get('content-type'),
+        body: request.body,
+      });
+      if (saved) return undefined;
     } catch {
       await execution.release().catch(() => undefined);
       return this.storeUnavailable().response;
     }
     await execution.release().catch(() => undefined); // fenced: stops the heartbeat, reports lease-lost
-    return this.leaseLost();
+    return this.attempts.leaseLost();
   }
 
   private async complete(context: IdempotencyContext<Tx>, response: Response): Promise<Response> {
     const execution = context.execution;
     if (execution.status === 'done') return this.withExpiry(response, execution); // the handler stored it via respond()
-    if (execution.status === 'lost') return this.leaseLost();
+    if (execution.status === 'lost') return this.attempts.leaseLost();
     if (execution.status === 'released') return response;
     if (this.keepsNothing(context, response.status)) {
       // A rejection, or "try again later" (503): nothing happened, so nothing is kept; the
@@ -430,15 +415,8 @@ export class HttpIdempotency<Tx = unknown> {
   }
 
   /** Finishes `execution` with `stored` (fenced): undefined when recorded, else the answer to send instead (409 lease lost, 503 store down). */
-  private async record(execution: Execution<Tx>, stored: StoredResponse): Promise<Response | undefined> {
-    try {
-      await execution.finish(stored);
-      return undefined;
-    } catch (error) {
-      if (error instanceof LeaseLostError) return this.leaseLost();
-      await execution.release().catch(() => undefined);
-      return this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' }).response;
-    }
+  private record(execution: Execution<Tx>, stored: StoredResponse): Promise<Response | undefined> {
+    return this.attempts.record(execution, stored);
   }
 
   /**
@@ -484,37 +462,8 @@ export class HttpIdempotency<Tx = unknown> {
 
   private async fail(context: IdempotencyContext<Tx>, error: unknown): Promise<Response> {
     const execution = context.execution;
-    if (error instanceof LeaseLostError || execution.status === 'lost') return this.leaseLost();
-    (this.options.onHandlerError ?? defaultOnHandlerError)(error, context);
-    const problem = this.problem(
-      ProblemKind.ExecutionFailed,
-      500,
-      this.options.onThrow === 'store'
-        ? 'The request failed. This outcome is stored for this idempotency key.'
-        : 'The request failed before it completed. Retry with the same idempotency key; completed steps are not repeated.',
-    ).response;
-    if (this.options.onThrow !== 'store' && execution.status === 'open' && this.maxAttempts !== Infinity && !isTransientFailure(error)) {
-      // Count it; at the last allowed attempt the key is finished for good, so a request that
-      // fails the same way every time stops (protocol.md K5).
-      try {
-        const failed = await execution.countFailure();
-        if (failed !== undefined && failed >= this.maxAttempts) return await this.failPermanently(execution, failed);
-      } catch (countError) {
-        if (countError instanceof LeaseLostError) return this.leaseLost();
-        // The store failed: release below (the lease runs out if that fails too).
-      }
-    }
-    if (this.options.onThrow === 'store' && execution.status === 'open') {
-      const { stored, response } = await this.capture(problem);
-      try {
-        await execution.finish(stored);
-        return this.withExpiry(response, execution);
-      } catch (finishError) {
-        if (finishError instanceof LeaseLostError) return this.leaseLost();
-      }
-    }
-    await execution.release().catch(() => undefined);
-    return problem;
+    if (!(error instanceof LeaseLostError || execution.status === 'lost')) (this.options.onHandlerError ?? defaultOnHandlerError)(error, context);
+    return this.attempts.fail(execution, error);
   }
 
   /** The stored form of a response past `maxResponseBytes`: a 500 problem saying so. */
@@ -532,18 +481,7 @@ export class HttpIdempotency<Tx = unknown> {
   }
 
   private storeUnavailable(): { kind: 'respond'; response: Response } {
-    return this.problem(ProblemKind.StoreUnavailable, 503, 'The idempotency store is unreachable; nothing was executed. Retry with the same key.', {
-      'retry-after': '1',
-    });
-  }
-
-  private leaseLost(): Response {
-    return this.problem(
-      ProblemKind.LeaseLost,
-      409,
-      'Another attempt took over this request after its lease expired; this attempt stopped without recording a result. Retry with the same key to get the outcome.',
-      { 'retry-after': '1' },
-    ).response;
+    return { kind: 'respond', response: this.attempts.storeUnavailable() };
   }
 
   private problem(kind: ProblemKind, status: number, detail: string, headers?: Record<string, string>): { kind: 'respond'; response: Response } {

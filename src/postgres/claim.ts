@@ -1,5 +1,6 @@
 /** The claim (protocol.md K3) and the takeover, on a plain or a partitioned table. */
 import { KeyState } from '../core/constants.js';
+import { MissingPartitionError } from '../core/errors.js';
 import type { ClaimInput, ClaimResult, KeyRef, PhaseResults, TakeOverResult } from '../store/types.js';
 import type { StoreContext } from './options.js';
 import { readDoneRecord, readRecord } from './responses.js';
@@ -134,9 +135,12 @@ async function claimPartitioned(ctx: StoreContext, psql: PartitionedStatements, 
     });
   } catch (error) {
     if ((error as { code?: string }).code === '23514') {
-      throw new Error(`idem/postgres: no partition of ${ctx.table} for today (UTC): run store.maintain() or \`idem partitions\` at least daily`, {
-        cause: error,
-      });
+      throw new MissingPartitionError(
+        `idem/postgres: no partition of ${ctx.table} for today (UTC): run store.maintain() or \`idem partitions\` at least daily`,
+        {
+          cause: error,
+        },
+      );
     }
     throw error;
   }

@@ -1,6 +1,7 @@
 /**
  * The options of `RedisStore` and the error of its `durability` option.
  */
+import { ErrorCode, IdempotencyError } from '../core/errors.js';
 import type { RedisClientLike } from './client.js';
 import type { PhaseLedger } from './pg-phases.js';
 import type { NoTransaction } from './store.js';
@@ -71,14 +72,12 @@ export interface RedisStoreOptions<Tx = NoTransaction> {
 }
 
 /** Fewer replicas than `durability.replicas` acknowledged a write within `durability.timeoutMs`. */
-export class NotReplicatedError extends Error {
-  /** Stable code. */
-  readonly code = 'IDEM_REDIS_NOT_REPLICATED';
+export class NotReplicatedError extends IdempotencyError {
   /** Replicas that acknowledged. */
   readonly acknowledged: number;
   constructor(what: string, acknowledged: number, wanted: number) {
-    super(`idem/redis: the ${what} was acknowledged by ${acknowledged} of ${wanted} replicas`);
-    this.name = 'NotReplicatedError';
+    // Retryable: the write may have landed on the primary; the key's next attempt reads it.
+    super(ErrorCode.NotReplicated, `idem/redis: the ${what} was acknowledged by ${acknowledged} of ${wanted} replicas`, { retryable: true });
     this.acknowledged = acknowledged;
   }
 }

@@ -3,19 +3,14 @@
  * protocol.md H17): a call to a database or Redis that accepts connections and never answers
  * fails after the deadline instead of hanging the request. The engine reports the failure as
  * the store being unavailable (HTTP 503 with `Retry-After`); a failed attempt does not count
- * toward `maxAttempts` (src/http/attempts.ts matches the error's name).
+ * toward `maxAttempts` (the error is `retryable`, protocol.md K5).
  */
+import { StoreTimeoutError } from '../core/errors.js';
+
+export { StoreTimeoutError };
 
 /** Default deadline of each call a store makes to its server, in ms (`storeTimeoutMs`). */
 export const DEFAULT_STORE_TIMEOUT_MS = 5000;
-
-/**
- * A call of idem's to its store missed its deadline (`storeTimeoutMs`), or a pool's queue was
- * full: the store is silent, down or overloaded. The engine answers 503 with `Retry-After`.
- */
-export class StoreTimeoutError extends Error {
-  override readonly name = 'StoreTimeoutError';
-}
 
 /**
  * Settles like `promise`, or rejects with a {@link StoreTimeoutError} carrying `message` after

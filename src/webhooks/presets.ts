@@ -5,6 +5,7 @@
  * `standardwebhooks` / `svix` verifier), or by the application's verifier (`verify`) for any.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { ErrorCode, IdempotencyError } from '../core/errors.js';
 
 /** A delivery as a preset sees it: the exact body bytes and the headers. */
 export interface WebhookDelivery {
@@ -13,10 +14,9 @@ export interface WebhookDelivery {
 }
 
 /** Thrown by a preset when a delivery's signature is missing, wrong or stale; nothing is claimed. */
-export class WebhookRefusedError extends Error {
+export class WebhookRefusedError extends IdempotencyError {
   constructor(message: string) {
-    super(message);
-    this.name = 'WebhookRefusedError';
+    super(ErrorCode.WebhookRefused, message);
   }
 }
 
