@@ -225,8 +225,7 @@ export class IdempotentConsumer<Tx = unknown> {
   private async run(execution: Execution<Tx>, message: ConsumedMessage, attempt: number, handler: MessageHandler<Tx>): Promise<Disposition> {
     // A source that counts deliveries (a broker) gives the attempt; one that does not (a Kinesis
     // or DynamoDB stream) leaves `attempt` out, and the key's own count in the store is the only one.
-    const counted = message.attempt !== undefined;
-    const policy: AttemptPolicy<Tx> = counted ? { maxAttempts: this.maxAttempts, deliveries: attempt } : this.policy;
+    const policy: AttemptPolicy<Tx> = message.attempt !== undefined ? { maxAttempts: this.maxAttempts, deliveries: attempt } : this.policy;
     const end = await runAttempt(new Attempt(execution, policy), async () => {
       await handler(new MessageContext<Tx>(message, execution));
       return resultResponse(undefined);
@@ -247,8 +246,7 @@ export class IdempotentConsumer<Tx = unknown> {
       case 'failed':
         return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt), error: end.error };
       case 'store-unavailable':
-        // The finish failed: the broker's count still spends this delivery.
-        if (counted && attempt >= this.maxAttempts) return { action: 'dead-letter', reason: 'max-attempts', error: end.error };
+        // The finish failed: a store outage never fails a message for good (protocol.md K5).
         return { action: 'retry', reason: 'handler-failed', delayMs: this.retryDelay(attempt), error: end.error };
       case 'released':
         // The handler ended the execution some other way (release, discard): nothing is finished.

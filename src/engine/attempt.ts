@@ -34,8 +34,9 @@ export interface AttemptPolicy<Tx = unknown> {
   exhausted?: (failedAttempts: number, execution: Execution<Tx>) => StoredResponse | undefined | Promise<StoredResponse | undefined>;
   /**
    * The source's own count of this attempt (a broker's delivery count, 1 on the first
-   * delivery), when it keeps one: it is then the attempt count, so the store counts nothing.
-   * A takeover's crash count still ends the key, except on a first delivery (a re-drive).
+   * delivery), when it keeps one: a failure that counts ends the key at the larger of it and
+   * the store's count. A takeover's crash count ends the key too, except on a first delivery
+   * (a re-drive from a dead-letter queue gets one more run).
    */
   deliveries?: number | undefined;
 }
@@ -119,12 +120,13 @@ export class Attempt<Tx = unknown> {
     }
     const counts = (this.policy.counts ?? countsAsFailure)(error);
     let failed: number | undefined;
-    if (this.policy.deliveries !== undefined) {
-      // The source counts every delivery, this one included; the store counts nothing.
-      failed = this.policy.deliveries;
-    } else if (counts && this.policy.maxAttempts !== Infinity) {
+    if (counts && this.policy.maxAttempts !== Infinity) {
       try {
         failed = await execution.countFailure();
+        // A source that counts deliveries (a broker) counts this one too: the larger count
+        // rules, so neither a lost count in the store nor a broker's reset lets the work run on.
+        const deliveries = this.policy.deliveries;
+        if (deliveries !== undefined) failed = Math.max(failed ?? 0, deliveries);
       } catch (countError) {
         if (countError instanceof LeaseLostError) return { kind: 'lease-lost', error };
         // The store failed: release below (the lease runs out if that fails too); not counted.

@@ -151,9 +151,9 @@ export class IdempotencyEngine<Tx = unknown> {
             cache !== undefined && remaining !== undefined && (claim.sealed !== true || cache.sealed)
               ? this.fillOnFinish(cache, { scope, key, fingerprint: input.fingerprint, token: claim.token, claimId: claim.claimId }, remaining, asked)
               : undefined;
-          const execution = this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill, undefined, lease);
           // The row's created_at is the claim's now(): its retention ends a whole retention from here.
-          execution.retentionEndsAt = new Date(Date.now() + (remaining ?? this.retentionMs));
+          const ends = new Date(Date.now() + (remaining ?? this.retentionMs));
+          const execution = this.execution(scope, key, claim.token, claim.claimId, 'start', {}, req, fill, undefined, lease, ends);
           return { kind: 'execute', execution };
         }
         const record = claim.record;
@@ -186,12 +186,12 @@ export class IdempotencyEngine<Tx = unknown> {
             return { kind: 'in-progress', retryAfterMs: record.leaseRemainingMs };
           }
           case 'take-over': {
-            const execution = await this.takeOverWith({ scope, key, token: record.token }, req, lease);
+            const ends = new Date(record.createdAt.getTime() + this.retentionMs);
+            const execution = await this.takeOverWith({ scope, key, token: record.token }, req, lease, ends);
             if (!execution) {
               lostTakeovers++;
               continue;
             }
-            execution.retentionEndsAt = new Date(record.createdAt.getTime() + this.retentionMs);
             return { kind: 'execute', execution };
           }
         }
@@ -306,12 +306,18 @@ export class IdempotencyEngine<Tx = unknown> {
     }
   }
 
-  private async takeOverWith(ref: { scope: string; key: string; token: number }, req: RequestTelemetry | undefined, lease = this.callLease(undefined)) {
+  private async takeOverWith(
+    ref: { scope: string; key: string; token: number },
+    req: RequestTelemetry | undefined,
+    lease = this.callLease(undefined),
+    retentionEndsAt?: Date,
+  ) {
     const taken = await this.store.takeOver({ scope: ref.scope, key: ref.key, token: ref.token }, lease.leaseMs);
     if (taken.kind === 'lost') return undefined;
     this.emit('taken-over', ref.scope, ref.key, taken.token);
     req?.outcome('taken_over', { token: taken.token });
-    return this.execution(ref.scope, ref.key, taken.token, taken.claimId, taken.recoveryPoint, taken.phaseResults, req, undefined, taken.failedAttempts, lease);
+    const { token, claimId, recoveryPoint, phaseResults, failedAttempts } = taken;
+    return this.execution(ref.scope, ref.key, token, claimId, recoveryPoint, phaseResults, req, undefined, failedAttempts, lease, retentionEndsAt);
   }
 
   /**
@@ -339,8 +345,10 @@ export class IdempotencyEngine<Tx = unknown> {
     onFinished?: ExecutionSettings['onFinished'],
     failedAttempts?: number,
     lease = this.callLease(undefined),
+    retentionEndsAt?: Date,
   ): Execution<Tx> {
     const settings = {
+      retentionEndsAt,
       leaseMs: lease.leaseMs,
       heartbeatMs: lease.heartbeatMs,
       maxExecutionMs: this.maxExecutionMs,

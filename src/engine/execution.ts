@@ -13,6 +13,8 @@ export interface ExecutionSettings {
   onEvent?: ((event: IdempotencyEvent) => void) | undefined;
   /** This execution's takeover: the attempts failed so far, as the store counted them (protocol.md K23); undefined for a claim or a store that does not count. */
   failedAttempts?: number | undefined;
+  /** When the key's retention ends, where the engine knows it ({@link Execution.retentionEndsAt}). */
+  retentionEndsAt?: Date | undefined;
   /** Called with the stored response once the finish committed (the replay cache, protocol.md K20). Must not throw. */
   onFinished?: ((response: StoredResponse, phaseResults: PhaseResults) => void) | undefined;
 }
@@ -77,7 +79,7 @@ export class Execution<Tx = unknown> {
    * a takeover (from the row read); `undefined` when unknown (a completer's takeover). The HTTP
    * core's expiry header (protocol.md H40) sends it.
    */
-  retentionEndsAt: Date | undefined;
+  readonly retentionEndsAt: Date | undefined;
 
   private readonly ref: KeyRef;
   private readonly results: PhaseResults;
@@ -103,6 +105,7 @@ export class Execution<Tx = unknown> {
     this.ref = { ...ref };
     this.claimId = claimId;
     this.failedAttempts = settings.failedAttempts;
+    this.retentionEndsAt = settings.retentionEndsAt;
     this.scope = ref.scope;
     this.key = ref.key;
     this.resumedFrom = recoveryPoint;

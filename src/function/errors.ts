@@ -49,8 +49,8 @@ export interface StoredFailure {
  */
 export class StoredFailureError extends IdempotencyError {
   readonly failure: StoredFailure;
-  constructor(failure: StoredFailure) {
-    super(ErrorCode.StoredFailure, `${failure.name}: ${failure.message} (stored by an earlier call with this key)`);
+  constructor(failure: StoredFailure, options?: { cause?: unknown }) {
+    super(ErrorCode.StoredFailure, `${failure.name}: ${failure.message} (stored by an earlier call with this key)`, options);
     this.failure = failure;
   }
 }

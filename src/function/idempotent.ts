@@ -54,7 +54,7 @@ export type FunctionOptions<A extends unknown[], R, Tx = unknown> = ({ engine: I
    * and processes that died inside `fn` (each counted when the next call takes its lease over)
    * both count. The last one finishes the key with a stored failure (code
    * `IDEM_FAILED_PERMANENTLY`) that every later call throws as {@link StoredFailureError}; the
-   * call whose throw was the last gets its own error. `Infinity` turns it off.
+   * call whose throw was the last gets it too, with its own error as `cause`. `Infinity` turns it off.
    * @default 5
    */
   maxAttempts?: number;
@@ -171,11 +171,10 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
       case 'store-unavailable':
         throw end.error;
       case 'failed-permanently':
-        // This attempt's own error when it was the last; a spent crash loop the stored failure.
-        if (end.error !== undefined) throw end.error;
-        throw new StoredFailureError(readFailure(end.response!));
+        // The stored failure, as every later call gets it; this attempt's own error is its cause.
+        throw new StoredFailureError(readFailure(end.response!), end.error === undefined ? undefined : { cause: end.error });
       case 'lease-lost':
-        throw end.error ?? new LeaseLostError();
+        throw end.error instanceof LeaseLostError ? end.error : new LeaseLostError();
       case 'released':
         throw new InvalidOptionError('idem: the function ended its execution itself; nothing was stored');
     }
