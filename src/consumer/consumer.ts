@@ -1,10 +1,9 @@
 import { fingerprint } from '../core/fingerprint.js';
 import { validateKey } from '../core/key.js';
 import { InvalidKeyError, InvalidOptionError, InvalidScopeError } from '../core/errors.js';
-import { Attempt, type AttemptPolicy, runAttempt } from '../engine/attempt.js';
+import type { AttemptPolicy } from '../engine/attempt.js';
 import { type BatchItemEnd, canBatch } from '../engine/batch.js';
-import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
-import type { Execution } from '../engine/execution.js';
+import { type EngineOptions, IdempotencyEngine, type RunOutcome } from '../engine/engine.js';
 import { MessageContext, resultResponse } from './context.js';
 import type { ConsumedMessage, Disposition } from './types.js';
 
@@ -139,18 +138,22 @@ export class IdempotentConsumer<Tx = unknown> {
       return { action: 'dead-letter', reason: 'invalid-message', error };
     }
     const attempt = message.attempt ?? 1;
-    let begun: Awaited<ReturnType<IdempotencyEngine<Tx>['begin']>>;
+    // A source that counts deliveries (a broker) gives the attempt; one that does not (a Kinesis
+    // or DynamoDB stream) leaves `attempt` out, and the key's own count in the store is the only one.
+    const policy: AttemptPolicy<Tx> = message.attempt !== undefined ? { maxAttempts: this.maxAttempts, deliveries: attempt } : this.policy;
+    let end: RunOutcome;
     try {
       // protocol.md K18: a duplicate in flight waits for the result where the store can wake
       // it (the engine asks `subscribe`, so a store gaining it later waits too), else comes back soon.
-      begun = await this.engine.begin({
-        scope: this.scope,
-        key,
-        fingerprint: print,
-        waitMs: this.waitMs,
-        leaseMs: limits?.leaseMs,
-        maxWaitMs: limits?.maxWaitMs,
-      });
+      // The attempt itself never throws: its failures are ends (protocol.md K46).
+      end = await this.engine.run(
+        { scope: this.scope, key, fingerprint: print, waitMs: this.waitMs, leaseMs: limits?.leaseMs, maxWaitMs: limits?.maxWaitMs },
+        policy,
+        async (execution) => {
+          await handler(new MessageContext<Tx>(message, execution));
+          return resultResponse(undefined);
+        },
+      );
     } catch (error) {
       if (error instanceof InvalidKeyError || error instanceof InvalidScopeError) {
         return { action: 'dead-letter', reason: 'invalid-message', error };
@@ -158,18 +161,7 @@ export class IdempotentConsumer<Tx = unknown> {
       // protocol.md H17 for messages: fail closed, the message comes back.
       return { action: 'retry', reason: 'store-unavailable', delayMs: this.retryDelay(attempt), error };
     }
-    switch (begun.kind) {
-      case 'replay':
-        return { action: 'ack', reason: 'duplicate' };
-      case 'mismatch':
-        return { action: 'dead-letter', reason: 'mismatch' };
-      case 'in-progress':
-        // The holder acks its own delivery; this one comes back soon (the holder is likely done
-        // by then), never later than the lease's end (a crashed holder is then taken over).
-        return { action: 'retry', reason: 'in-progress', delayMs: Math.max(1, Math.min(begun.retryAfterMs, this.inProgressDelay(attempt))) };
-      case 'execute':
-        return this.run(begun.execution, message, attempt, handler);
-    }
+    return this.disposition(end, attempt);
   }
 
   /**
@@ -221,16 +213,17 @@ export class IdempotentConsumer<Tx = unknown> {
     return Promise.all(messages.map((message, i) => dispositions[i] ?? alone(message)));
   }
 
-  /** One attempt through the engine (protocol.md K5, K23); this translates how it ended into a disposition. */
-  private async run(execution: Execution<Tx>, message: ConsumedMessage, attempt: number, handler: MessageHandler<Tx>): Promise<Disposition> {
-    // A source that counts deliveries (a broker) gives the attempt; one that does not (a Kinesis
-    // or DynamoDB stream) leaves `attempt` out, and the key's own count in the store is the only one.
-    const policy: AttemptPolicy<Tx> = message.attempt !== undefined ? { maxAttempts: this.maxAttempts, deliveries: attempt } : this.policy;
-    const end = await runAttempt(new Attempt(execution, policy), async () => {
-      await handler(new MessageContext<Tx>(message, execution));
-      return resultResponse(undefined);
-    });
+  /** How the engine's attempt ended (protocol.md K46), as a disposition. */
+  private disposition(end: RunOutcome, attempt: number): Disposition {
     switch (end.kind) {
+      case 'replay':
+        return { action: 'ack', reason: 'duplicate' };
+      case 'mismatch':
+        return { action: 'dead-letter', reason: 'mismatch' };
+      case 'in-progress':
+        // The holder acks its own delivery; this one comes back soon (the holder is likely done
+        // by then), never later than the lease's end (a crashed holder is then taken over).
+        return { action: 'retry', reason: 'in-progress', delayMs: Math.max(1, Math.min(end.retryAfterMs, this.inProgressDelay(attempt))) };
       case 'done':
         return { action: 'ack', reason: 'processed' };
       case 'failed-permanently':

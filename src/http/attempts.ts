@@ -11,14 +11,14 @@ import type { ResponseCapture } from './response.js';
 import { idemProblem, ProblemKind, type ProblemFormat } from './problem.js';
 
 /** What {@link HttpAttempts} needs of the HTTP core. */
-export interface HttpAttemptSettings {
+export interface HttpAttemptSettings<Tx> {
   maxAttempts: number;
   /** `store`: a handler's throw is the key's stored outcome (`onThrow`). */
   storeThrows: boolean;
   capture: ResponseCapture;
   problems: ProblemFormat;
   /** The response with the expiry header added, when it is on (protocol.md H40). */
-  withExpiry: (response: Response, execution: Execution<never>) => Response;
+  withExpiry: (response: Response, execution: Execution<Tx>) => Response;
 }
 
 /** The HTTP attempt: one policy for every request of one handler, and the words for each end. */
@@ -27,7 +27,7 @@ export class HttpAttempts<Tx = unknown> {
   /** The response sent for an outcome stored by the policy (a captured problem), by execution. */
   private readonly sent = new WeakMap<Execution<Tx>, Response>();
 
-  constructor(private readonly settings: HttpAttemptSettings) {
+  constructor(private readonly settings: HttpAttemptSettings<Tx>) {
     this.policy = {
       maxAttempts: settings.maxAttempts,
       exhausted: (failed, execution) => this.captured(execution, this.permanentProblem(execution, failed)),
@@ -125,7 +125,7 @@ export class HttpAttempts<Tx = unknown> {
   private sentFor(execution: Execution<Tx>, stored: StoredResponse): Response {
     const sent = this.sent.get(execution) ?? bodyResponse(stored.status, stored.body, { headers: stored.headers });
     this.sent.delete(execution);
-    return this.settings.withExpiry(sent, execution as Execution<never>);
+    return this.settings.withExpiry(sent, execution);
   }
 
   private problem(kind: ProblemKind, status: number, detail: string, headers?: Record<string, string>): Response {

@@ -132,7 +132,7 @@ export class HttpIdempotency<Tx = unknown> {
       storeThrows: options.onThrow === 'store',
       capture: this.capture,
       problems: this.problems,
-      withExpiry: (response, execution) => this.withExpiry(response, execution as Execution<Tx>),
+      withExpiry: (response, execution) => this.withExpiry(response, execution),
     });
     const expires = options.expiresHeader;
     if (expires !== undefined && typeof expires !== 'boolean' && !(typeof expires === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(expires))) {
