@@ -198,7 +198,9 @@ export class IdempotencyEngine<Tx = unknown> {
       }
       return { kind: 'in-progress', retryAfterMs: 1000 };
     } catch (error) {
-      if (error instanceof IdempotencyError) throw error;
+      // idem's own refusals (a bad key, an unreadable record) pass through; a store-side failure
+      // a retry can outgrow (a deadline missed, a write not replicated) is the store unavailable.
+      if (error instanceof StoreUnavailableError || (error instanceof IdempotencyError && !error.retryable)) throw error;
       this.emit('store-unavailable', scope, key);
       throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     } finally {
