@@ -1,14 +1,22 @@
 /**
- * The attempt contract (test/contracts/attempt.ts) over every surface, on the stores that count
- * failed attempts today: PGlite, PostgreSQL and MySQL/MariaDB (the service stores when their URLs
- * are set, as .ci/run does). The memory and Redis stores have no `countFailure` yet (issue 39
- * stays open for it): on them the first three cases fail, and they join this list once they count.
+ * The attempt contract (test/contracts/attempt.ts) over every surface, on every kind of store
+ * that counts failed attempts: memory, PGlite, PostgreSQL, MySQL/MariaDB, Redis (single, and
+ * with PostgresPhases as its ledger). The service stores run when their URLs are set, as .ci/run
+ * does. The store-level variants (partitioned, group commit, the ORMs, Cluster) share the
+ * counting statement of their kind: the store contract covers them.
  */
 import { describe } from 'node:test';
 import { attemptContract } from './contracts/attempt.js';
 import { storeFactories } from './helpers/stores.js';
 
-const kinds = new Set(['PostgresStore on PGlite', 'PostgresStore on PostgreSQL', 'MySqlStore on MariaDB/MySQL (mysql2)']);
+const kinds = new Set([
+  'memory',
+  'PostgresStore on PGlite',
+  'PostgresStore on PostgreSQL',
+  'MySqlStore on MariaDB/MySQL (mysql2)',
+  'RedisStore on Redis',
+  'RedisStore + PostgresPhases (PGlite)',
+]);
 
 for (const factory of storeFactories.filter((f) => kinds.has(f.name))) {
   describe(`attempt contract: ${factory.name}`, () => attemptContract(factory));

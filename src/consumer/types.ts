@@ -13,8 +13,8 @@ export interface ConsumedMessage {
    * Which delivery this is, 1-based, as the broker counts it (JetStream's delivery count,
    * RabbitMQ's `x-delivery-count` or the adapter's retry header). Leave it out where the source
    * does not count (a Kinesis or DynamoDB stream): `maxAttempts` then counts in the key's row,
-   * the takeovers of crashed attempts on every store and thrown errors on a store with
-   * `countFailure` (PostgreSQL, MySQL), protocol.md K23.
+   * the takeovers of crashed attempts and thrown errors (`countFailure`), on every store,
+   * protocol.md K23 and K46.
    * @default unknown (counted as delivery 1)
    */
   attempt?: number;

@@ -185,26 +185,3 @@ export class StoreTimeoutError extends IdempotencyError {
     super(ErrorCode.StoreTimeout, message, { retryable: true });
   }
 }
-
-/**
- * A partitioned PostgreSQL store has no partition for today (UTC): `store.maintain()` or
- * `idem partitions` has not run. Retryable: the next attempt succeeds once maintenance has run.
- */
-export class MissingPartitionError extends IdempotencyError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ErrorCode.MissingPartition, message, { cause: options?.cause, retryable: true });
-  }
-}
-
-/**
- * The work failed on `maxAttempts` attempts of this key and will not run again with it
- * (protocol.md K5, K23): the key's stored outcome from now on.
- */
-export class FailedPermanentlyError extends IdempotencyError {
-  /** The failed attempts the store counted. */
-  readonly failedAttempts: number;
-  constructor(message: string, failedAttempts: number, options?: { cause?: unknown }) {
-    super(ErrorCode.FailedPermanently, message, options);
-    this.failedAttempts = failedAttempts;
-  }
-}

@@ -106,7 +106,7 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    * and no completer picks it up again. Failures of the infrastructure (store unreachable or
    * past its deadline, dropped connections, serialization conflicts) and errors with
    * `transient: true` (mark a downstream outage so) do not count. `Infinity`
-   * turns it off. Needs a store with `countFailure` (the PostgreSQL store has it).
+   * turns it off. Every idem store counts (`countFailure`, protocol.md K46).
    * @default 5
    */
   maxAttempts?: number;

@@ -244,6 +244,14 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     return { kind: 'ok', value: undefined };
   }
 
+  async countFailure(ref: KeyRef): Promise<Fenced<number>> {
+    const entry = this.current(ref);
+    if (!entry) return { kind: 'fenced' };
+    // A thrown attempt, counted while the lease is held (protocol.md K23); takeOver counts crashes.
+    entry.failedAttempts = (entry.failedAttempts ?? 0) + 1;
+    return { kind: 'ok', value: entry.failedAttempts };
+  }
+
   async release(ref: KeyRef): Promise<Fenced<'released'>> {
     const entry = this.current(ref);
     if (!entry) return { kind: 'fenced' };

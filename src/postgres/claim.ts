@@ -1,6 +1,6 @@
 /** The claim (protocol.md K3) and the takeover, on a plain or a partitioned table. */
 import { KeyState } from '../core/constants.js';
-import { MissingPartitionError } from '../core/errors.js';
+import { MissingPartitionError } from './errors.js';
 import type { ClaimInput, ClaimResult, KeyRef, PhaseResults, TakeOverResult } from '../store/types.js';
 import type { StoreContext } from './options.js';
 import { readDoneRecord, readRecord } from './responses.js';

@@ -7,6 +7,7 @@ export type { KeyInspection, StoreStats } from './inspect.js';
 export type { DashboardData, DashboardKey } from './dashboard.js';
 export { TableBlobStore, type BlobStore, type BlobRef } from './blob-store.js';
 export { StoreTimeoutError } from './pool-executor.js';
+export { MissingPartitionError } from './errors.js';
 export type { SqlClient, Queryable, PoolLike, PoolClientLike, TransactionalLike, QueryResultLike, SqlDriver, StoreClient } from './client.js';
 export { SQL_DRIVER, isSqlDriver } from './client.js';
 export { aesGcmCipher, responseAad, type ResponseCipher, type EncryptionOptions } from '../core/cipher.js';

@@ -17,7 +17,7 @@
  * `lu` lease end (server epoch ms; a release sets it to the server's now; `0` = finished, no lease), `ca` creation (server epoch ms),
  * `rt` retention ms, `rs` / `rh` / `rb` response status, headers (JSON), body (base64),
  * `rq` request snapshot (JSON), `na` failed attempts counted by takeovers
- * (protocol.md K23; absent = 0), `rl` `1` while the key is released (absent: held or crashed),
+ * and thrown attempts (protocol.md K23; absent = 0), `rl` `1` while the key is released (absent: held or crashed),
  * `op` the last operator action's note (protocol.md K40).
  *
  * Time: every lease and retention comparison uses the Redis server's clock (`TIME` inside the
@@ -266,6 +266,16 @@ return 1
 `);
 
 /**
+ * A thrown attempt counted (protocol.md K23, `maxAttempts`), fenced, the lease kept: `na` + 1.
+ * KEYS[1] hash. ARGV[1] token. Returns the attempts failed so far, or nil (fenced).
+ */
+export const COUNT_FAILURE = script(`
+local h = KEYS[1]
+if not fenced(h, ARGV[1]) then return false end
+return redis.call('HINCRBY', h, 'na', 1)
+`);
+
+/**
  * Release or discard (protocol.md K9), fenced. Release: the lease ends now (`lu` = the server's
  * now, not 0), the recovery point stays, so the next retry takes over at once and resumes
  * ({@link TAKE_OVER} needs `lu <= now`, and does not count a released key as a crash, K23); the completer's `listAbandoned` waits its `graceMs`
@@ -368,6 +378,7 @@ export const SCRIPTS = {
   recordPhase: RECORD_PHASE,
   finish: FINISH,
   extendLease: EXTEND_LEASE,
+  countFailure: COUNT_FAILURE,
   release: RELEASE,
   saveRequest: SAVE_REQUEST,
   read: READ,

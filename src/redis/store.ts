@@ -325,6 +325,11 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
     return ok ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
   }
 
+  async countFailure(ref: KeyRef): Promise<Fenced<number>> {
+    const count = await this.redis.script('countFailure', this.keys(ref.scope, ref.key).slice(0, 1), [String(ref.token)]);
+    return count === null || count === undefined || count === false ? { kind: 'fenced' } : { kind: 'ok', value: Number(count) };
+  }
+
   async release(ref: KeyRef): Promise<Fenced<'released'>> {
     const ended = await this.end(ref, false);
     return ended.kind === 'ok' ? { kind: 'ok', value: 'released' } : ended;
