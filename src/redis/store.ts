@@ -327,7 +327,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
 
   async countFailure(ref: KeyRef): Promise<Fenced<number>> {
     const count = await this.redis.script('countFailure', this.keys(ref.scope, ref.key).slice(0, 1), [String(ref.token)]);
-    return count === null || count === undefined || count === false ? { kind: 'fenced' } : { kind: 'ok', value: Number(count) };
+    return count ? { kind: 'ok', value: Number(count) } : { kind: 'fenced' };
   }
 
   async release(ref: KeyRef): Promise<Fenced<'released'>> {
