@@ -81,6 +81,21 @@ for (const engine of engines) {
       assert.equal(replay.kind, 'replay');
     });
 
+    it('an adopted claim is taken over as released: its ended lease is not counted as a crash (protocol.md K22, K23)', async () => {
+      const first = execute(await worker().begin({ scope: 's', key: 'k', fingerprint: fp }));
+      await charge(first, 'k', 'by-first');
+      await forget('k');
+      // The fresh claim adopts the ledger's claim (its lease ended at once) and takes it over:
+      // nothing crashed, so nothing counts toward maxAttempts.
+      const second = execute(await worker().begin({ scope: 's', key: 'k', fingerprint: fp }));
+      assert.equal(second.completed('charge'), true);
+      assert.equal(second.failedAttempts, 0, 'the takeover of an adopted claim counts no failed attempt');
+      const h = hashKey(prefix, 's', 'k');
+      assert.equal(await open.redis.raw(h, ['HGET', h, 'rl']), null, 'the takeover cleared the released mark');
+      await second.finish(RESPONSE);
+      assert.deepEqual(await charges('k'), ['by-first']);
+    });
+
     it('a finish committed in PostgreSQL is replayed after Redis forgot the key, not run again', async () => {
       const first = execute(await worker().begin({ scope: 's', key: 'k', fingerprint: fp }));
       await charge(first, 'k', 'by-first');

@@ -326,7 +326,9 @@ return {num(now_ms()), fields(h, true, ARGV[1] == '1')}
  * Adopt (protocol.md K22), fenced: the key was claimed afresh, but the phase ledger holds the
  * progress of an earlier claim Redis forgot (a failover). The hash takes that claim's
  * fingerprint (ARGV[2], kept when empty), claim id, recovery point and phase results, and its
- * lease ends now: the engine then takes it over and resumes (or the finish is copied next).
+ * lease ends now, marked released (`rl`: idem ended it, no crash, so the takeover that follows
+ * counts no failed attempt, K23): the engine then takes it over and resumes (or the finish is
+ * copied next).
  *
  * KEYS[1] hash. ARGV[1] token, ARGV[2] fingerprint hex, ARGV[3] claim id, ARGV[4] recovery
  * point, then (phase, result JSON) pairs. Returns 1, or nil (fenced).
@@ -335,7 +337,7 @@ export const ADOPT = script(`
 local h = KEYS[1]
 if not fenced(h, ARGV[1]) then return false end
 if ARGV[2] ~= '' then redis.call('HSET', h, 'fp', ARGV[2]) end
-redis.call('HSET', h, 'cid', ARGV[3], 'rp', ARGV[4], 'lu', num(now_ms()))
+redis.call('HSET', h, 'cid', ARGV[3], 'rp', ARGV[4], 'lu', num(now_ms()), 'rl', '1')
 for i = 5, #ARGV - 1, 2 do redis.call('HSET', h, 'p:' .. ARGV[i], ARGV[i + 1]) end
 changed(h)
 return 1
