@@ -12,7 +12,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { toRunner } from '../src/redis/client.js';
+import { resolveDriver } from '../src/redis/client.js';
+import { toRunner } from '../src/redis/runner.js';
 import { REDIS_URL, redisSkip } from './helpers/redis.js';
 import { startSilentProxy } from './helpers/silent-proxy.js';
 import { sleep } from './helpers/wait.js';
@@ -37,7 +38,7 @@ describe('the silent-link reset on an ioredis connection still opening', { skip:
       await proxy.close();
     });
     await client.connect();
-    const runner = toRunner(client, { timeoutMs: DEADLINE_MS, silentLinkMs: SILENT_LINK_MS });
+    const runner = toRunner(resolveDriver(client), { timeoutMs: DEADLINE_MS, silentLinkMs: SILENT_LINK_MS });
     const ping = () =>
       runner.command('k', ['PING']).then(
         (reply) => reply,

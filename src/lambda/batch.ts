@@ -19,7 +19,7 @@ import {
   type SqsEventLike,
   sqsSource,
 } from './batch-events.js';
-import { invocationLeaseMs, type LambdaContextLike } from './index.js';
+import { invocationLeaseMs, type LambdaContextLike } from './invocation.js';
 
 /** Options of a batch handler: an engine (or a store and the engine's options) and the batch's own. */
 export type BatchOptions<Rec, Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } | EngineOptions<Tx>) & {

@@ -28,12 +28,9 @@ import { InvalidOptionError } from '../core/errors.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
 import { eventRequest, isHttpEvent, isV2, type LambdaHttpEvent, resultResponse, responseResult } from './events.js';
+import { invocationLeaseMs, type LambdaContextLike } from './invocation.js';
 
-/** The slice of the Lambda context used here. */
-export interface LambdaContextLike {
-  /** Milliseconds left before Lambda ends this invocation. */
-  getRemainingTimeInMillis(): number;
-}
+export { invocationLeaseMs, type LambdaContextLike } from './invocation.js';
 
 /** Options of the Lambda adapter: the HTTP options, with the lease taken from the invocation. */
 export interface LambdaIdempotencyOptions<Tx = unknown> extends IdempotencyOptions<Tx> {
@@ -64,11 +61,6 @@ export type IdempotentLambdaHandler<E extends LambdaHttpEvent, C extends LambdaC
   context: C,
   idem: IdempotencyContext<Tx> | undefined,
 ) => Promise<R> | R;
-
-/** How long a key stays exclusive for an invocation with `remainingMs` left. */
-export function invocationLeaseMs(remainingMs: number, marginMs: number): number {
-  return Math.max(1, Math.ceil(remainingMs)) + marginMs;
-}
 
 /** How long a duplicate may wait in an invocation (protocol.md K17): its remaining time less the margin; no limit without a context. */
 function waitLimits(options: LambdaIdempotencyOptions<unknown>, context: LambdaContextLike | undefined): { maxWaitMs?: number } | undefined {

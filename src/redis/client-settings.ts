@@ -4,6 +4,7 @@
  * and answers every later command with `ClientClosedError`, so the service would answer 503
  * until it is restarted.
  */
+import type { RedisDriver } from './client.js';
 
 /** The part of node-redis's `socket` options read here. */
 interface NodeRedisSocketOptions {
@@ -31,17 +32,16 @@ function unrecoverable(socket: NodeRedisSocketOptions | undefined, where: string
 
 /**
  * Checks the settings of a node-redis client or cluster; an ioredis client reconnects with its
- * defaults and passes. Returns the reason to refuse `client`, or `undefined`.
+ * defaults and passes. Returns the reason to refuse the client, or `undefined`.
  */
-export function refusedClientSettings(client: unknown): string | undefined {
-  const c = client as {
+export function refusedClientSettings(driver: RedisDriver): string | undefined {
+  if (driver.kind === 'ioredis') return undefined;
+  const c = driver.client as {
     options?: { socket?: NodeRedisSocketOptions };
     _options?: { defaults?: { socket?: NodeRedisSocketOptions } };
-    call?: unknown;
   };
-  if (typeof client !== 'object' || client === null || typeof c.call === 'function') return undefined; // ioredis, or no client (toRunner says so)
   // A cluster's node clients take `defaults`; its root nodes only serve discovery (node-redis
   // itself sets their reconnectStrategy to false).
-  if ('masters' in (client as object)) return unrecoverable(c._options?.defaults?.socket, 'defaults.socket');
+  if (driver.cluster) return unrecoverable(c._options?.defaults?.socket, 'defaults.socket');
   return unrecoverable(c.options?.socket, 'socket');
 }

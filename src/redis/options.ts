@@ -4,7 +4,7 @@
 import { ErrorCode, IdempotencyError } from '../core/errors.js';
 import type { RedisClientLike } from './client.js';
 import type { PhaseLedger } from './pg-phases.js';
-import type { NoTransaction } from './store.js';
+import type { NoTransaction } from './no-transaction.js';
 
 /** Wait for replicas after the claim and after finish (`WAIT replicas timeoutMs`). */
 export interface DurabilityOptions {

@@ -14,6 +14,7 @@
  * and idem cannot tell which: every node reconnects. A command dropped with a socket may still
  * have run on the server: safe, as for any command past its deadline (comment on `toRunner`).
  */
+import type { RedisDriver } from './client.js';
 
 /** How idem resets the links of one kind of client. */
 type Reset = () => void;
@@ -35,9 +36,9 @@ const resetError = () => new Error('idem/redis: a command got no reply for silen
  *   that is open, so a client the application closed stays closed; a cluster whose
  *   rediscovery fails (Redis still silent) is connected again at the next check.
  */
-export function resetOf(client: unknown): Reset | undefined {
-  const io = client as IoNode & { call?: unknown; isCluster?: boolean; nodes?: () => IoNode[] };
-  if (typeof io.call === 'function') {
+export function resetOf(driver: RedisDriver): Reset | undefined {
+  if (driver.kind === 'ioredis') {
+    const io = driver.client as unknown as IoNode & { nodes?: () => IoNode[] };
     // Not only `ready`: a connection opened into the black hole (a lazy Cluster node's first one,
     // or ioredis's own reconnect) stays in `connect` for good, its ready check never answered
     // and ioredis's `connectTimeout` already cleared at the TCP connect. Skipping it left that
@@ -45,9 +46,9 @@ export function resetOf(client: unknown): Reset | undefined {
     const drop = (node: IoNode) => {
       if (node.status !== undefined && LIVE.has(node.status)) node.stream?.destroy(resetError());
     };
-    return io.isCluster ? () => io.nodes?.().forEach(drop) : () => drop(io);
+    return driver.cluster ? () => io.nodes?.().forEach(drop) : () => drop(io);
   }
-  const nr = client as { isOpen?: boolean; destroy?: () => void; connect?: () => Promise<unknown> };
+  const nr = driver.client as unknown as { isOpen?: boolean; destroy?: () => void; connect?: () => Promise<unknown> };
   if (typeof nr.destroy !== 'function' || typeof nr.connect !== 'function') return undefined;
   let reopening = false; // idem closed it and owes it a connect
   const reopen = () => {

@@ -14,7 +14,7 @@
  * (protocol.md K24).
  */
 import type { ChangeFeed, KeyChangeHub } from '../store/key-changes.js';
-import type { RedisClientLike } from './client.js';
+import type { RedisDriver } from './client.js';
 
 /** node-redis client (`duplicate()` opens the subscriber connection). */
 interface NodeRedisSubscriberLike {
@@ -51,11 +51,11 @@ interface ShardSubscriber {
  * ioredis Cluster's duplicate with `shardedSubscribers`. `onMessage` gets the channel;
  * `onResubscribed` runs after the subscriber reconnected and subscribed again.
  */
-function openSubscriber(client: RedisClientLike, onMessage: (channel: string) => void, onResubscribed: () => void): ShardSubscriber {
+function openSubscriber(driver: RedisDriver, onMessage: (channel: string) => void, onResubscribed: () => void): ShardSubscriber {
+  const client = driver.client;
   const c = client as unknown as Record<string, unknown>;
   const listener = (_message: string, channel: string) => onMessage(channel);
-  if (typeof c.call === 'function') {
-    const cluster = (client as { isCluster?: boolean }).isCluster === true;
+  if (driver.kind === 'ioredis') {
     const dup = c.duplicate as (...args: unknown[]) => IoRedisSubscriberLike;
     // ioredis follows a moved slot's shard channel by refreshing its slot map when the old
     // owner drops the subscription; a refresh answered by a node not yet told of the move keeps
@@ -63,7 +63,7 @@ function openSubscriber(client: RedisClientLike, onMessage: (channel: string) =>
     // waiter's deadline read. The subscriber's own refresh interval (when the user set none) heals
     // that within SLOT_REFRESH_MS; it runs only while the subscriber is open (a wait is pending).
     const refresh = (c.options as { slotsRefreshInterval?: number } | undefined)?.slotsRefreshInterval;
-    const sub = cluster ? dup.call(client, undefined, { shardedSubscribers: true, slotsRefreshInterval: refresh || SLOT_REFRESH_MS }) : dup.call(client);
+    const sub = driver.cluster ? dup.call(client, undefined, { shardedSubscribers: true, slotsRefreshInterval: refresh || SLOT_REFRESH_MS }) : dup.call(client);
     sub.on('smessage', (channel) => onMessage(String(channel)));
     sub.on('error', () => undefined); // the driver reconnects; a wait meanwhile ends at its deadline
     let readies = 0;
@@ -73,7 +73,7 @@ function openSubscriber(client: RedisClientLike, onMessage: (channel: string) =>
     });
     return { subscribe: (channel) => sub.ssubscribe(channel), unsubscribe: (channel) => sub.sunsubscribe(channel), close: () => sub.disconnect() };
   }
-  if ('masters' in c) {
+  if (driver.cluster) {
     // A node-redis cluster keeps one pub/sub connection per shard and moves subscriptions with their slot.
     const cl = client as unknown as Pick<NodeRedisSubscriberLike, 'sSubscribe' | 'sUnsubscribe'>;
     return { subscribe: (channel) => cl.sSubscribe(channel, listener), unsubscribe: (channel) => cl.sUnsubscribe(channel, listener), close: () => undefined };
@@ -134,7 +134,7 @@ export class ShardChannelFeed implements ChangeFeed {
   private cannotWake = false;
 
   constructor(
-    private readonly client: RedisClientLike,
+    private readonly driver: RedisDriver,
     private readonly channelOf: (scope: string, key: string) => string,
   ) {}
 
@@ -189,7 +189,7 @@ export class ShardChannelFeed implements ChangeFeed {
     if (this.subscriber) return this.subscriber;
     // A closed subscriber's late events (a reconnect's 'ready' and its PING failing) wake no one.
     const sub: ShardSubscriber = openSubscriber(
-      this.client,
+      this.driver,
       (channel) => {
         const id = this.ids.get(channel);
         if (id !== undefined && this.subscriber === sub) this.hub?.changed(id);
