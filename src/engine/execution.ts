@@ -1,7 +1,11 @@
-import { PHASE_NAME_PATTERN, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START } from '../core/constants.js';
+import { RECOVERY_POINT_START } from '../core/constants.js';
 import { deriveKey } from '../core/derived-key.js';
-import { ExecutionClosedError, InvalidOptionError, InvalidPhaseError, LeaseLostError } from '../core/errors.js';
+import { ExecutionClosedError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
 import type { IdempotencyStore, KeyRef, PhaseResults, RequestSnapshot, StoredResponse } from '../store/types.js';
+import { checkPhaseName, checkResponse, toJson } from './execution-checks.js';
+import { type IdempotencyEvent, notify } from './execution-events.js';
+
+export { type IdempotencyEvent, notify } from './execution-events.js';
 
 /** Settings an execution needs from its engine. */
 export interface ExecutionSettings {
@@ -18,32 +22,6 @@ export interface ExecutionSettings {
   /** Called with the stored response once the finish committed (the replay cache, protocol.md K20). Must not throw. */
   onFinished?: ((response: StoredResponse, phaseResults: PhaseResults) => void) | undefined;
 }
-
-/** Observability events, for logs and metrics. */
-export type IdempotencyEvent = {
-  type:
-    | 'claimed'
-    | 'replayed'
-    | 'waited'
-    | 'mismatch'
-    | 'in-progress'
-    | 'taken-over'
-    | 'phase-committed'
-    | 'phase-skipped'
-    | 'finished'
-    | 'released'
-    | 'discarded'
-    | 'lease-lost'
-    | 'store-unavailable';
-  scope: string;
-  key: string;
-  /** The phase, for phase events. */
-  phase?: string;
-  /** The fencing token held, where there is one. */
-  token?: number;
-  /** `waited` (a duplicate that waited for the result, protocol.md K17): how long it waited, in ms. */
-  waitedMs?: number;
-};
 
 /**
  * The right to work on one claimed key, under one fencing token. Obtained from
@@ -409,36 +387,4 @@ export class Execution<Tx = unknown> {
     if (phase !== undefined) event.phase = phase;
     notify(this.settings.onEvent, event);
   }
-}
-
-/** Delivers an event to an observer; an observer's failure never changes the outcome of the work. */
-export function notify(onEvent: ((event: IdempotencyEvent) => void) | undefined, event: IdempotencyEvent): void {
-  if (!onEvent) return;
-  try {
-    onEvent(event);
-  } catch {
-    // Swallowed on purpose: observers are for logs and metrics.
-  }
-}
-
-function checkPhaseName(name: string): void {
-  if (typeof name !== 'string' || !PHASE_NAME_PATTERN.test(name)) {
-    throw new InvalidPhaseError(`Phase name ${JSON.stringify(name)} must be 1-64 characters of [A-Za-z0-9_.-]`);
-  }
-  if (name === RECOVERY_POINT_START || name === RECOVERY_POINT_FINISHED) {
-    throw new InvalidPhaseError(`Phase name "${name}" is reserved`);
-  }
-}
-
-function toJson(value: unknown): unknown {
-  const text = JSON.stringify(value);
-  return text === undefined ? null : JSON.parse(text);
-}
-
-function checkResponse(r: StoredResponse): StoredResponse {
-  if (!r || !Number.isInteger(r.status) || r.status < 100 || r.status > 599) {
-    throw new TypeError('A stored response needs an integer status between 100 and 599');
-  }
-  if (!(r.body instanceof Uint8Array)) throw new TypeError('A stored response body must be a Uint8Array');
-  return r;
 }
