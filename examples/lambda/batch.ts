@@ -5,7 +5,16 @@
  * mapping.
  */
 import middy from '@middy/core';
-import type { Context, DynamoDBStreamHandler, KinesisStreamHandler, SQSBatchResponse, SQSEvent, SQSHandler } from 'aws-lambda';
+import type {
+  Context,
+  DynamoDBRecord,
+  DynamoDBStreamEvent,
+  DynamoDBStreamHandler,
+  KinesisStreamHandler,
+  SQSBatchResponse,
+  SQSEvent,
+  SQSHandler,
+} from 'aws-lambda';
 import pg from 'pg';
 import { batchIdempotency, dynamoDbBatch, kinesisBatch, sqsBatch } from 'idem/lambda';
 import { PostgresStore, type Queryable } from 'idem/postgres';
@@ -27,15 +36,22 @@ export const clicksHandler: KinesisStreamHandler = kinesisBatch<Queryable>({ sto
   await ctx.phase('counted', (tx) => tx.query('UPDATE pages SET clicks = clicks + 1 WHERE path = $1', [click.page]));
 });
 
-/** A DynamoDB stream: a business key (the item's id and version) instead of the event id. */
-export const auditHandler: DynamoDBStreamHandler = dynamoDbBatch<Queryable>(
-  { store, scope: 'accounts-audit', getKey: (record) => `${JSON.stringify(record.dynamodb?.Keys)}@${record.dynamodb?.SequenceNumber}` },
-  async (record, ctx) => {
+/**
+ * A DynamoDB stream: a business key (the item's keys and version) instead of the event id. Any
+ * string is a key (`customer#Zoë`, a composite key over 255 characters): idem maps it into its
+ * stored keys (protocol.md K47).
+ */
+export const auditKey = (record: DynamoDBRecord): string => `${JSON.stringify(record.dynamodb?.Keys)}@${record.dynamodb?.SequenceNumber}`;
+
+/** The audit handler over a store: one audit row per item version, however often the stream delivers it. */
+export function auditHandlerOn(store: PostgresStore): DynamoDBStreamHandler {
+  return dynamoDbBatch<Queryable, DynamoDBStreamEvent>({ store, scope: 'accounts-audit', getKey: auditKey }, async (record, ctx) => {
     await ctx.phase('audited', (tx) =>
       tx.query('INSERT INTO audit (event, item) VALUES ($1, $2)', [record.eventName, JSON.stringify(record.dynamodb?.NewImage)]),
     );
-  },
-);
+  });
+}
+export const auditHandler = auditHandlerOn(store);
 // #endregion streams
 
 // #region middy
