@@ -169,7 +169,7 @@ for (const factory of stores) {
       assert.deepEqual((await h.effects()).sort(), ['Zoë', `${LONG}1`, `${LONG}2`, 'Straße'].sort());
     });
 
-    it('a webhook whose delivery id is not ASCII runs once; its redelivery replays', async () => {
+    it('a webhook whose delivery id is not ASCII runs once; its redelivery replays; an empty id is a 400 that runs nothing', async () => {
       const h = await fresh();
       const receive = webhookReceiver(stripe({ verify: () => true }), { store: h.store });
       let runs = 0;
@@ -184,6 +184,9 @@ for (const factory of stores) {
       assert.equal(again.status, 200);
       assert.equal(await again.text(), 'ok');
       assert.equal(runs, 1);
+      const empty = await receive(new Request('http://hooks.test/stripe', { method: 'POST', body: '{"id":""}' }), async () => assert.fail('ran'));
+      assert.equal(empty.status, 400);
+      assert.match(((await empty.json()) as { type: string }).type, /idempotency-key-invalid$/);
     });
 
     it('a stream record whose key cannot be formed fails alone: its neighbours commit and are not named; the retry does not run it', async () => {

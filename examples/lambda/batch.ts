@@ -19,7 +19,8 @@ import pg from 'pg';
 import { batchIdempotency, dynamoDbBatch, kinesisBatch, sqsBatch } from 'idem/lambda';
 import { PostgresStore, type Queryable } from 'idem/postgres';
 
-const store = new PostgresStore({ client: new pg.Pool({ connectionString: process.env.DATABASE_URL }) });
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+const store = new PostgresStore({ client: pool });
 
 // #region sqs
 /** An SQS queue (standard or FIFO): one order row per message, however often SQS delivers it. */
@@ -53,6 +54,26 @@ export function auditHandlerOn(store: PostgresStore): DynamoDBStreamHandler {
 }
 export const auditHandler = auditHandlerOn(store);
 // #endregion streams
+
+// #region poison
+/**
+ * A DynamoDB stream whose records name their ledger entry: a record without one can never run,
+ * so it goes to a table of its own and the shard goes on (protocol.md K47).
+ */
+export const ledgerHandler: DynamoDBStreamHandler = dynamoDbBatch<Queryable, DynamoDBStreamEvent>(
+  {
+    store,
+    scope: 'ledger-stream',
+    getKey: (record) => record.dynamodb?.NewImage?.entryId?.S ?? '', // '' is not a key
+    onInvalidKey: async (record, error) => {
+      await pool.query('INSERT INTO poison_records (record, reason) VALUES ($1, $2)', [JSON.stringify(record), error.message]);
+    },
+  },
+  async (record, ctx) => {
+    await ctx.phase('booked', (tx) => tx.query('INSERT INTO ledger (entry) VALUES ($1)', [JSON.stringify(record.dynamodb?.NewImage)]));
+  },
+);
+// #endregion poison
 
 // #region middy
 /** The same SQS handler as a Middy middleware, after your other middlewares. */
