@@ -1,5 +1,5 @@
 import { fingerprint } from '../core/fingerprint.js';
-import { validateKey } from '../core/key.js';
+import { dataKey } from '../core/data-key.js';
 import { InvalidKeyError, InvalidOptionError, InvalidScopeError } from '../core/errors.js';
 import type { AttemptPolicy } from '../engine/attempt.js';
 import { type BatchItemEnd, canBatch } from '../engine/batch.js';
@@ -24,7 +24,7 @@ export type ConsumerOptions<Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } |
   /** The scope keys live in: the queue or the consumer group, 1-255 characters. */
   scope: string;
   /**
-   * The key of a message.
+   * The key of a message: any non-empty string, mapped into the stored keys (protocol.md K47).
    * @default the message id
    */
   key?: (message: ConsumedMessage) => string;
@@ -132,7 +132,7 @@ export class IdempotentConsumer<Tx = unknown> {
     let print: Uint8Array;
     try {
       if (!message || !(message.body instanceof Uint8Array)) throw new TypeError('idem: a message needs its body as bytes');
-      key = this.keyOf(message);
+      key = dataKey(this.keyOf(message)); // any string, mapped into the stored keys (protocol.md K47)
       print = fingerprint({ method: 'MESSAGE', path: this.scope, contentType: message.contentType ?? null, body: message.body });
     } catch (error) {
       return { action: 'dead-letter', reason: 'invalid-message', error };
@@ -188,7 +188,7 @@ export class IdempotentConsumer<Tx = unknown> {
       const message = messages[i]!;
       try {
         if (!message || !(message.body instanceof Uint8Array)) continue; // dead-lettered on its own path
-        const key = validateKey(this.keyOf(message));
+        const key = dataKey(this.keyOf(message));
         if (keys.has(key)) continue; // the second copy waits for the first: on its own path, after the batch
         keys.add(key);
         items.push({ key, fingerprint: fingerprint({ method: 'MESSAGE', path: this.scope, contentType: message.contentType ?? null, body: message.body }) });

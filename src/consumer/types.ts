@@ -1,7 +1,8 @@
 /** A message as a broker adapter hands it to {@link IdempotentConsumer.consume}. */
 export interface ConsumedMessage {
   /**
-   * The message id: the idempotency key, 1-255 printable ASCII characters. Stable across
+   * The message id: the idempotency key, any non-empty string (one outside 1-255 printable ASCII
+   * is stored as `sha256:<hex>` of it, protocol.md K47). Stable across
    * redeliveries and publisher retries (AMQP `message-id`, JetStream `Nats-Msg-Id`).
    */
   id: string;
@@ -44,7 +45,7 @@ export type DeadLetterReason =
   | 'mismatch'
   /** The handler failed on `maxAttempts` deliveries; the recovery point is kept. */
   | 'max-attempts'
-  /** The id is not a valid key or the body is not bytes. */
+  /** No key could be formed (an empty id, a key function that threw) or the body is not bytes. */
   | 'invalid-message';
 
 /**

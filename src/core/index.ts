@@ -7,6 +7,7 @@
 export * from './constants.js';
 export * from './errors.js';
 export { parseIdempotencyKey, validateKey } from './key.js';
+export { dataKey, DATA_KEY_PREFIX } from './data-key.js';
 export { fingerprint, isJsonMediaType, mediaType, sameFingerprint, type FingerprintInput } from './fingerprint.js';
 export { decide, type Decision, type ExistingKey } from './decide.js';
 export { deriveKey } from './derived-key.js';

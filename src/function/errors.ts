@@ -5,7 +5,7 @@ import { ErrorCode, IdempotencyError } from '../core/errors.js';
  * The first call's result stands; the function did not run.
  */
 export class KeyMismatchError extends IdempotencyError {
-  /** The scope (the function's name) and the key. */
+  /** The scope (the function's name) and the key as stored (protocol.md K47: `sha256:<hex>` for a key outside printable ASCII). */
   readonly scope: string;
   readonly key: string;
   constructor(scope: string, key: string) {

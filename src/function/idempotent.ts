@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { ErrorCode, IdempotencyError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
 import { Attempt, type AttemptPolicy, runAttempt } from '../engine/attempt.js';
+import { dataKey } from '../core/data-key.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
@@ -16,7 +17,10 @@ export type FunctionOptions<A extends unknown[], R, Tx = unknown> = ({ engine: I
   name: string;
   /**
    * The key of a call: a function of the arguments (e.g. `(order) => order.id`), or one fixed
-   * key. A call may also give its own with {@link IdempotentFunction.withKey}.
+   * key. A call may also give its own with {@link IdempotentFunction.withKey}. Any non-empty
+   * string (`Straße`, an emoji, a composite key over 255 characters): one outside 1-255 printable
+   * ASCII is stored as `sha256:<hex>` of it (protocol.md K47); an empty one or a non-string
+   * throws `InvalidKeyError` and nothing runs.
    * @default SHA-256 (hex) of the arguments' canonical JSON (RFC 8785)
    */
   key?: string | NoInfer<(...args: A) => string>;
@@ -128,7 +132,8 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
   if (!(maxAttempts >= 1)) throw new InvalidOptionError('idem: maxAttempts must be >= 1');
 
   const outcome = async (call: { key?: string }, ...args: A): Promise<CallOutcome<R>> => {
-    const key = call.key ?? keyOf(...args);
+    // protocol.md K47: a key from data, any string, mapped into the stored keys.
+    const key = dataKey(call.key ?? keyOf(...args));
     const print = fingerprint({ method: 'FUNCTION', path: scope, contentType: 'application/json', body: canonicalBytes(printOf(...args)) });
     const begun = await engine.begin({ scope, key, fingerprint: print, waitMs });
     switch (begun.kind) {

@@ -67,6 +67,12 @@ export interface RecordSource<Rec> {
    * group; the whole shard on a stream). `undefined`: unordered (a standard queue).
    */
   group(record: Rec): string | undefined;
+  /**
+   * Whether a named record leaves on its own when it keeps failing: an SQS queue's redrive
+   * policy moves it to the dead-letter queue. False on a stream, where Lambda retries from a
+   * named record, in order, until the mapping's retry settings let it go.
+   */
+  redrives: boolean;
 }
 
 const text = new TextEncoder();
@@ -82,6 +88,7 @@ export const sqsSource: RecordSource<SqsRecordLike> = {
     return Number.isInteger(n) && n > 0 ? n : undefined;
   },
   group: (r) => r.attributes?.MessageGroupId,
+  redrives: true,
 };
 
 export const kinesisSource: RecordSource<KinesisRecordLike> = {
@@ -90,6 +97,7 @@ export const kinesisSource: RecordSource<KinesisRecordLike> = {
   payload: (r) => ({ body: new Uint8Array(Buffer.from(r.kinesis.data ?? '', 'base64')), contentType: null }),
   attempt: () => undefined,
   group: () => SHARD,
+  redrives: false,
 };
 
 export const dynamoDbSource: RecordSource<DynamoDbRecordLike> = {
@@ -101,4 +109,5 @@ export const dynamoDbSource: RecordSource<DynamoDbRecordLike> = {
   }),
   attempt: () => undefined,
   group: () => SHARD,
+  redrives: false,
 };

@@ -3,7 +3,8 @@
  * time under the claim/phase/finish protocol (protocol.md K18, K35), answered with the partial
  * batch response (`batchItemFailures`, the event source mapping's `ReportBatchItemFailures`).
  */
-import { InvalidOptionError } from '../core/errors.js';
+import { dataKey } from '../core/data-key.js';
+import { InvalidKeyError, InvalidOptionError } from '../core/errors.js';
 import { IdempotentConsumer, type ConsumerOptions } from '../consumer/consumer.js';
 import type { MessageContext } from '../consumer/context.js';
 import type { Disposition } from '../consumer/types.js';
@@ -26,10 +27,21 @@ export type BatchOptions<Rec, Tx = unknown> = ({ engine: IdempotencyEngine<Tx> }
   /** The scope the records' keys live in: the queue or the stream, 1-255 characters. */
   scope: string;
   /**
-   * The key of a record, e.g. a business id in the body.
+   * The key of a record, e.g. a business id in the body: any non-empty string (`customer#Zoë`,
+   * a composite key over 255 characters), mapped into the stored keys (protocol.md K47).
    * @default the message id (SQS) or the event id (Kinesis, DynamoDB)
    */
   getKey?: (record: Rec) => string;
+  /**
+   * Keeps a record whose key cannot be formed (`getKey` threw, or gave an empty string or a
+   * non-string; protocol.md K47), e.g. in a dead-letter table or queue of your own. Awaited; the
+   * record is then done, not named. If it throws, the record is named as a failed one. Without
+   * it, an SQS message is named alone (the queue's redrive policy moves it to the dead-letter
+   * queue; the rest of its FIFO group goes on) and a stream record is passed over (named, it
+   * would hold its shard until the stream's retry settings let it go); `onRecord` sees it as
+   * `dead-letter:invalid-message` with the `InvalidKeyError`.
+   */
+  onInvalidKey?: (record: Rec, error: InvalidKeyError) => void | Promise<void>;
   /**
    * Added to the invocation's remaining time for each record's lease (as the HTTP handler,
    * `withIdempotency`): the key stays exclusive while the invocation can still run.
@@ -56,7 +68,8 @@ export type BatchHandler<E, C extends LambdaContextLike = LambdaContextLike> = (
  * Builds a batch handler over `source`. Records run one after another, in the batch's order. A
  * record is reported failed (delivered again) unless its key finished: now, or earlier (a
  * redelivered batch skips the records already done, protocol.md K35). A failed record stops the
- * rest of its ordering group: the rest of a FIFO message group, the rest of a stream batch.
+ * rest of its ordering group: the rest of a FIFO message group, the rest of a stream batch. A
+ * record whose key cannot be formed is not a failed record: see `onInvalidKey` (protocol.md K47).
  */
 function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaContextLike>(
   source: RecordSource<Rec>,
@@ -65,10 +78,17 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
 ): BatchHandler<E, C> {
   if (!options) throw new InvalidOptionError('idem: a batch handler needs options { store, scope }');
   if (typeof handler !== 'function') throw new InvalidOptionError('idem: a batch handler needs a record handler');
-  const { leaseMarginMs = 1000, getKey, onRecord, ...rest } = options;
+  const { leaseMarginMs = 1000, getKey, onRecord, onInvalidKey, ...rest } = options;
   if (!(Number.isFinite(leaseMarginMs) && leaseMarginMs >= 0)) throw new InvalidOptionError('idem: leaseMarginMs must be a number of milliseconds >= 0');
   const keyOf = getKey ?? ((record: Rec) => source.key(record));
   const consumerOptions = rest as ConsumerOptions<Tx>;
+  const observe = (record: Rec, disposition: Disposition) => {
+    try {
+      onRecord?.(record, disposition);
+    } catch {
+      // an observer never changes the outcome
+    }
+  };
   // One consumer (one engine) for the handler's life; validates the options at start-up.
   const consumer = new IdempotentConsumer<Tx>(consumerOptions);
   const fixedLease = 'engine' in consumerOptions || (consumerOptions as EngineOptions<Tx>).leaseMs !== undefined;
@@ -103,19 +123,35 @@ function batchHandler<Rec, E extends { Records: Rec[] }, Tx, C extends LambdaCon
         remaining === undefined
           ? undefined
           : { leaseMs: invocationLeaseMs(remaining, leaseMarginMs), maxWaitMs: Math.max(0, Math.floor(remaining - leaseMarginMs)) };
+      // protocol.md K47: a record whose key cannot be formed is poison for itself alone; it never
+      // stops its group (it can never run, so nothing waits on it) and never holds a stream shard.
+      let id: string;
+      try {
+        id = keyOf(record);
+        dataKey(id);
+      } catch (cause) {
+        const error = cause instanceof InvalidKeyError ? cause : new InvalidKeyError('idem/lambda: getKey threw for this record', { cause });
+        observe(record, { action: 'dead-letter', reason: 'invalid-message', error });
+        if (onInvalidKey !== undefined) {
+          try {
+            await onInvalidKey(record, error);
+          } catch {
+            fail(); // not kept: named as a failed record, so it is not lost
+          }
+        } else if (source.redrives) {
+          failures.push({ itemIdentifier: readOr(() => source.itemIdentifier(record), '') });
+        }
+        continue;
+      }
       let disposition: Disposition;
       try {
         const { body, contentType } = source.payload(record);
-        const message = { id: keyOf(record), body, contentType, attempt: source.attempt(record) };
+        const message = { id, body, contentType, attempt: source.attempt(record) };
         disposition = await consumer.consume(message, (ctx) => handler(record, ctx, context), limits);
       } catch (error) {
         disposition = { action: 'dead-letter', reason: 'invalid-message', error };
       }
-      try {
-        onRecord?.(record, disposition);
-      } catch {
-        // an observer never changes the outcome
-      }
+      observe(record, disposition);
       if (disposition.action === 'ack') continue;
       // Retry and dead-letter alike go back to Lambda: the queue's redrive policy (maxReceiveCount)
       // or the stream's retry settings decide when a record leaves for the dead-letter queue.

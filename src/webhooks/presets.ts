@@ -26,9 +26,10 @@ export interface WebhookPreset {
   /** The status a refused delivery gets (Stripe's docs: 400; the others 401). */
   refusedStatus: 400 | 401;
   /**
-   * Checks the delivery's signature and returns its delivery id (the idempotency key), or
-   * `undefined` for a signed request that is not a delivery to deduplicate (Slack's
-   * `url_verification`). Throws {@link WebhookRefusedError} for a bad signature.
+   * Checks the delivery's signature and returns its delivery id (the idempotency key: any
+   * non-empty string, mapped into the stored keys as protocol.md K47 says), or `undefined` for
+   * a signed request that is not a delivery to deduplicate (Slack's `url_verification`).
+   * Throws {@link WebhookRefusedError} for a bad signature.
    */
   verify(delivery: WebhookDelivery): Promise<string | undefined>;
 }

@@ -1,3 +1,4 @@
+import { dataKey } from '../core/data-key.js';
 import { idemProblem, ProblemKind } from '../http/problem.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
@@ -56,7 +57,12 @@ export function webhookReceiver<Tx = unknown>(
     ...options,
     maxBodyBytes: options.maxBodyBytes ?? DEFAULT_WEBHOOK_BODY_BYTES,
     scope: () => scope,
-    getKey: (input) => ids.get(input.headers),
+    // protocol.md K47: a delivery id is data (a body field, a provider's header), any string;
+    // an empty one is answered 400 (idempotency-key-invalid), nothing claimed.
+    getKey: (input) => {
+      const id = ids.get(input.headers);
+      return id === undefined ? undefined : dataKey(id);
+    },
     required: false,
   });
   return async function receive(request, handler) {
