@@ -6,7 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { toHeaders } from '../src/http/node-response.js';
+import { toHeaders } from '../src/http/node/headers.js';
 import { bodyResponse, captureResponse, replayHeaderFilter, storedHeaders } from '../src/http/response.js';
 
 const keep = replayHeaderFilter();

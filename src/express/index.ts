@@ -15,10 +15,11 @@
  * ```
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { DEFAULT_KEY_HEADER } from '../core/constants.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
-import { holdWrites, toHeaders } from '../http/node-response.js';
+import { isParsedObject, parsedBytes, readRequest } from '../http/node/body.js';
+import { keyHeaderLines, toHeaders } from '../http/node/headers.js';
+import { holdWrites, restoreMethods, saveMethods } from '../http/node/hold.js';
 import { isNullBodyStatus, replayHeaders } from '../http/response.js';
 import type { StoredResponse } from '../store/types.js';
 
@@ -67,14 +68,13 @@ const SENDING = Symbol('idem.sending');
  */
 export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): ExpressIdempotency<Tx> {
   const core = new HttpIdempotency<Tx>(options);
-  const keyHeader = (options.keyHeader ?? options.headerName ?? DEFAULT_KEY_HEADER).toLowerCase();
 
   const middleware = async function idempotencyMiddleware(request: ExpressRequestLike, response: ExpressResponseLike, next: Next): Promise<void> {
     const req = request as ReqLike;
     const res = response as ResLike;
     try {
       if (!core.protects(req.method ?? 'GET')) return next();
-      const parsedObject = req.body !== undefined && req.body !== null && typeof req.body === 'object' && !(req.body instanceof Uint8Array);
+      const parsedObject = isParsedObject(req.body);
       const body = await bodyBytes(req);
       const headers = toHeaders(req.headers);
       if (parsedObject) headers.set('content-type', 'application/json');
@@ -83,7 +83,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
         url: req.originalUrl ?? req.url ?? '/',
         headers,
         body,
-        keyHeaderLines: (req.headersDistinct as Record<string, string[] | undefined> | undefined)?.[keyHeader],
+        keyHeaderLines: keyHeaderLines(req, core.keyHeaderField),
       });
       if (prepared.kind === 'pass') return next();
       if (prepared.kind === 'respond') return void (prepared.replayed ? sendReplay(res, prepared.replayed) : await send(res, prepared.response));
@@ -124,43 +124,15 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): Expr
 
 /** The raw body: from a body parser's result, or read from the stream (and left in `req.body`). */
 async function bodyBytes(req: ReqLike): Promise<Uint8Array | null> {
-  const parsed = req.body;
-  if (parsed === undefined || parsed === null) {
-    if (req.readableEnded) return null; // consumed by something that kept nothing
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const raw = Buffer.concat(chunks);
-    req.body = raw;
-    return raw.length > 0 ? raw : null;
-  }
-  if (parsed instanceof Uint8Array) return parsed.length > 0 ? parsed : null;
-  if (typeof parsed === 'string') return parsed.length > 0 ? Buffer.from(parsed) : null;
-  // A body parser already consumed the stream: the parsed value is canonicalised the same
-  // way the raw JSON would be (RFC 8785 over the parsed value), so fingerprints agree.
-  // The fingerprint then sees it as JSON (see the caller), the same on every retry since the
-  // same parser runs.
-  return Buffer.from(JSON.stringify(parsed));
+  if (req.body !== undefined && req.body !== null) return parsedBytes(req.body);
+  const raw = await readRequest(req);
+  if (raw) req.body = raw;
+  return raw && raw.length > 0 ? raw : null;
 }
-
-const ORIGINAL = Symbol('idem.original');
-type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead']; destroy: ServerResponse['destroy'] };
-/** The methods the capture replaces on the response. */
-const HELD_METHODS = ['write', 'end', 'writeHead', 'destroy'] as const;
-/**
- * Which of {@link HELD_METHODS} the response carried as its own properties before the capture
- * (another middleware's wrapper, e.g. compression's): those are put back as they were, the
- * others deleted so the prototype's method shows again. Assigning the prototype's functions
- * back as own properties instead left every captured response with four own function
- * properties, and cost Express about a fifth of idem's CPU per new key (bench/notes.md).
- */
-type Owned = { original: Writer; own: number };
 
 /** Buffers what the route writes; at `end`, records it and sends what the core returns. */
 function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>, { kind: 'execute' }>): void {
-  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead, destroy: res.destroy };
-  let own = 0;
-  for (let i = 0; i < HELD_METHODS.length; i++) if (Object.hasOwn(res, HELD_METHODS[i]!)) own |= 1 << i;
-  (res as unknown as Record<symbol, Owned>)[ORIGINAL] = { original, own };
+  const original = saveMethods(res);
   const held = holdWrites(res as ServerResponse);
   // `pipeline(stream, res)` destroys the response with the stream's error when the stream
   // fails. Nothing was sent yet (it is held): that is the route crashing mid-body, so the key
@@ -199,18 +171,7 @@ function capture<Tx>(req: ReqLike, res: ResLike, prepared: Extract<Prepared<Tx>,
   } as ServerResponse['end'];
 }
 
-function restore(res: ResLike): void {
-  const saved = (res as unknown as Record<symbol, Owned | undefined>)[ORIGINAL];
-  if (!saved) return;
-  const { original, own } = saved;
-  const target = res as unknown as Record<string, unknown>;
-  for (let i = 0; i < HELD_METHODS.length; i++) {
-    const name = HELD_METHODS[i]!;
-    if (own & (1 << i)) target[name] = original[name];
-    else delete target[name];
-  }
-  (res as unknown as Record<symbol, unknown>)[ORIGINAL] = undefined;
-}
+const restore = restoreMethods;
 
 /** Resolves once the response has been handed to the OS, or its connection closed. */
 function flushed(res: ResLike): Promise<void> {

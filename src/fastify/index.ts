@@ -20,6 +20,7 @@ import { UnsupportedResponseError } from '../core/errors.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
 import { bodyResponse } from '../http/response.js';
+import { keyHeaderLines, toHeaders } from '../http/node/headers.js';
 import type { EngineOptions } from '../engine/engine.js';
 
 /**
@@ -70,13 +71,12 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify: Fa
     const setting = route.config?.idempotency ?? all;
     if (setting === false) return;
     const core = setting === true ? base : new HttpIdempotency<RegisteredTx>({ ...httpOptions, ...setting, engine: base.engine });
-    const keyHeader = (setting === true ? httpOptions.keyHeader : (setting.keyHeader ?? httpOptions.keyHeader)) ?? 'Idempotency-Key';
-    protect(route, core, keyHeader.toLowerCase());
+    protect(route, core);
   });
 };
 
 /** Adds the route-level hooks that run idem on one route. */
-function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, keyHeader: string): void {
+function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>): void {
   // preParsing: the raw bytes, before any content-type parser runs (protocol.md K2, H7).
   const preParsing = async (request: FastifyRequest, _reply: FastifyReply, payload: NodeJS.ReadableStream) => {
     if (!core.protects(request.method)) return payload;
@@ -94,7 +94,7 @@ function protect(route: RouteOptions, core: HttpIdempotency<RegisteredTx>, keyHe
       url: request.url,
       headers: toHeaders(request.headers),
       body: slots(request)[RAW] ?? null,
-      keyHeaderLines: (request.raw.headersDistinct as Record<string, string[] | undefined>)[keyHeader],
+      keyHeaderLines: keyHeaderLines(request.raw, core.keyHeaderField),
     });
     if (prepared.kind === 'pass') return;
     if (prepared.kind === 'respond') return writeOut(reply, prepared.response).then((body) => reply.send(body ?? undefined));
@@ -230,16 +230,6 @@ async function writeOut(reply: FastifyReply, response: Response): Promise<Buffer
   const cookies = response.headers.getSetCookie();
   if (cookies.length > 0) reply.header('set-cookie', cookies);
   return response.body ? Buffer.from(await response.arrayBuffer()) : null;
-}
-
-/** Node's header object as fetch `Headers` (repeated names appended). */
-function toHeaders(source: Record<string, string | string[] | undefined>): Headers {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(source)) {
-    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
-    else if (value !== undefined) headers.set(name, value);
-  }
-  return headers;
 }
 
 /**

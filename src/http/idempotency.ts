@@ -1,4 +1,4 @@
-import { DEFAULT_KEY_HEADER, DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
+import { DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
 import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
 import { fingerprint, parsePointer } from '../core/fingerprint.js';
 import { parseIdempotencyKey, validateKey } from '../core/key.js';
@@ -9,7 +9,8 @@ import type { StoredResponse } from '../store/types.js';
 import { readBodyWithin } from './body.js';
 import { IdempotencyContext } from './context.js';
 import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
-import { toHeaders } from './node-response.js';
+import { resolveKeyHeader } from './key-header.js';
+import { toHeaders } from './node/headers.js';
 import {
   bodyResponse,
   cachedReplayResponse,
@@ -86,6 +87,8 @@ export class HttpIdempotency<Tx = unknown> {
   readonly engine: IdempotencyEngine<Tx>;
   private readonly methods: Set<string>;
   private readonly keyHeader: string;
+  /** The key header's name, lower-case, as Node's `headersDistinct` spells it (resolved from `keyHeader` or its alias `headerName`). */
+  readonly keyHeaderField: string;
   private readonly capture: ResponseCapture;
   private readonly keepHeader: (name: string) => boolean;
   private readonly maxResponseBytes: number;
@@ -107,7 +110,8 @@ export class HttpIdempotency<Tx = unknown> {
     else if (options.store) this.engine = new IdempotencyEngine<Tx>({ ...options, store: options.store });
     else throw new InvalidOptionError('idem: pass `store` (e.g. new PostgresStore({ client })) or `engine`');
     this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
-    this.keyHeader = options.keyHeader ?? options.headerName ?? DEFAULT_KEY_HEADER;
+    this.keyHeader = resolveKeyHeader(options);
+    this.keyHeaderField = this.keyHeader.toLowerCase();
     const keep = replayHeaderFilter(options.replayHeaders ?? DEFAULT_REPLAY_HEADERS);
     const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
     if (!(Number.isInteger(maxResponseBytes) && maxResponseBytes >= 0)) {

@@ -23,7 +23,9 @@ import { Readable } from 'node:stream';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
 import { bodyResponse } from '../http/response.js';
-import { holdWrites } from '../http/node-response.js';
+import { isParsedObject, parsedBytes, readRequest } from '../http/node/body.js';
+import { keyHeaderLines, toHeaders } from '../http/node/headers.js';
+import { holdWrites, restoreMethods, saveMethods } from '../http/node/hold.js';
 import { UnsupportedResponseError } from '../core/errors.js';
 
 /** The slice of a Koa context used here (Koa 2 and 3). */
@@ -70,7 +72,6 @@ export interface KoaIdempotency<Tx = unknown> {
  */
 export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaIdempotency<Tx> {
   const core = new HttpIdempotency<Tx>(options);
-  const keyHeader = (options.keyHeader ?? 'Idempotency-Key').toLowerCase();
 
   const middleware = async function idempotencyMiddleware(ctx: KoaContextLike, next: KoaNext): Promise<void> {
     if (!core.protects(ctx.method)) return void (await next());
@@ -79,8 +80,8 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaI
     let body: Uint8Array | null;
     if (parsed !== undefined) {
       // A body parser ran first: use its raw text, else the parsed value as JSON (as idem/express does).
-      body = parsedBytes(parsed, ctx.request.rawBody);
-      if (typeof ctx.request.rawBody !== 'string' && parsed !== null && typeof parsed === 'object' && !(parsed instanceof Uint8Array)) {
+      body = koaBodyBytes(parsed, ctx.request.rawBody);
+      if (typeof ctx.request.rawBody !== 'string' && isParsedObject(parsed)) {
         headers.set('content-type', 'application/json');
       }
     } else {
@@ -91,7 +92,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaI
       url: ctx.originalUrl,
       headers,
       body,
-      keyHeaderLines: (ctx.req.headersDistinct as Record<string, string[] | undefined> | undefined)?.[keyHeader],
+      keyHeaderLines: keyHeaderLines(ctx.req, core.keyHeaderField),
     });
     if (prepared.kind === 'pass') return void (await next());
     if (prepared.kind === 'respond') return writeResponse(ctx, prepared.response);
@@ -134,7 +135,7 @@ export function idempotency<Tx = unknown>(options: IdempotencyOptions<Tx>): KoaI
  * whether the route wrote to `res` (an `end`, or body bytes)
  */
 function holdRaw(res: ServerResponse): () => boolean {
-  const original = { write: res.write, end: res.end, writeHead: res.writeHead };
+  saveMethods(res);
   const held = holdWrites(res);
   let ended = false;
   res.end = function end(...args: unknown[]) {
@@ -144,7 +145,7 @@ function holdRaw(res: ServerResponse): () => boolean {
     return res;
   } as ServerResponse['end'];
   return () => {
-    Object.assign(res, original);
+    restoreMethods(res);
     return ended || held.body().length > 0;
   };
 }
@@ -152,10 +153,8 @@ function holdRaw(res: ServerResponse): () => boolean {
 /** Reads `ctx.req` whole, then puts an identical stream back on `ctx.req` for body parsers. */
 async function readBody(ctx: KoaContextLike): Promise<Uint8Array | null> {
   const req = ctx.req;
-  if (req.readableEnded) return null; // consumed by something that kept nothing
-  const chunks: Buffer[] = [];
-  for await (const chunk of req) chunks.push(chunk as Buffer);
-  const raw = Buffer.concat(chunks);
+  const raw = await readRequest(req);
+  if (!raw) return null; // consumed by something that kept nothing
   const replay = Readable.from(raw.length > 0 ? [raw] : [], { objectMode: false }) as unknown as IncomingMessage;
   for (const name of [
     'headers',
@@ -178,13 +177,9 @@ async function readBody(ctx: KoaContextLike): Promise<Uint8Array | null> {
   return raw.length > 0 ? raw : null;
 }
 
-function parsedBytes(parsed: unknown, rawBody: unknown): Uint8Array | null {
+function koaBodyBytes(parsed: unknown, rawBody: unknown): Uint8Array | null {
   if (typeof rawBody === 'string') return rawBody.length > 0 ? Buffer.from(rawBody) : null;
-  if (parsed === null) return null;
-  if (parsed instanceof Uint8Array) return parsed.length > 0 ? parsed : null;
-  if (typeof parsed === 'string') return parsed.length > 0 ? Buffer.from(parsed) : null;
-  // The parsed value as canonical JSON input: the same parser runs on every retry.
-  return Buffer.from(JSON.stringify(parsed));
+  return parsedBytes(parsed);
 }
 
 /** What Koa would send for the current `ctx.status` / `ctx.body`, as a web Response. */
@@ -253,16 +248,6 @@ function httpErrorResponse(error: HttpErrorLike): Response {
   const headers = new Headers(error.headers);
   headers.set('content-type', 'text/plain; charset=utf-8');
   return new Response(error.message, { status: error.status, headers });
-}
-
-/** Node's header object (repeated names as arrays) as fetch `Headers`. */
-function toHeaders(source: Record<string, string | string[] | number | undefined>): Headers {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(source)) {
-    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
-    else if (value !== undefined) headers.set(name, String(value));
-  }
-  return headers;
 }
 
 export { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';

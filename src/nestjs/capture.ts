@@ -6,10 +6,9 @@
  * capture, on the raw response so it serves both of NestJS's platforms.
  */
 import type { ServerResponse } from 'node:http';
-import { holdWrites, toHeaders } from '../http/node-response.js';
+import { toHeaders } from '../http/node/headers.js';
+import { holdWrites, restoreMethods, saveMethods } from '../http/node/hold.js';
 import { bodyResponse } from '../http/response.js';
-
-type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead']; destroy: ServerResponse['destroy'] };
 
 /**
  * Buffers what is written to `res`; at `end`, sends `decide(written)` instead.
@@ -19,8 +18,8 @@ type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writ
  * @param crash when given, a `res.destroy(error)` before `end` sends `crash(error)` instead
  */
 export function holdResponse(res: ServerResponse, decide: (written: Response) => Promise<Response>, crash?: (error: unknown) => Promise<Response>): void {
-  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead, destroy: res.destroy };
-  const restore = () => Object.assign(res, original);
+  const original = saveMethods(res);
+  const restore = () => restoreMethods(res);
   const held = holdWrites(res);
   if (crash) {
     // `pipeline(stream, res)` destroys the held response with the stream's error: the handler

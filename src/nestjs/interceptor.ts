@@ -9,7 +9,7 @@ import { Reflector } from '@nestjs/core';
 import { catchError, of, tap, throwError, type Observable } from 'rxjs';
 import type { EngineOptions } from '../engine/engine.js';
 import { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js';
-import { toHeaders } from '../http/node-response.js';
+import { keyHeaderLines, toHeaders } from '../http/node/headers.js';
 import { holdResponse, sendResponse } from './capture.js';
 
 /** Injection token of the module's {@link HttpIdempotency} core (its `engine.store` is the store). */
@@ -68,13 +68,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!core.protects(method)) return next.handle();
     const headers = toHeaders(raw.headers);
     const body = await bodyBytes(req, raw, headers); // fingerprinted before the handler runs (protocol.md H7)
-    const keyHeader = (routeOptions?.keyHeader ?? this.options.keyHeader ?? 'Idempotency-Key').toLowerCase();
     const prepared = await core.prepare({
       method,
       url: req.originalUrl ?? raw.url ?? '/',
       headers,
       body,
-      keyHeaderLines: (raw.headersDistinct as Record<string, string[] | undefined>)[keyHeader],
+      keyHeaderLines: keyHeaderLines(raw, core.keyHeaderField),
     });
     if (prepared.kind === 'pass') return next.handle();
     if (prepared.kind === 'respond') {

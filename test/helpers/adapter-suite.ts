@@ -22,6 +22,7 @@ import { storedSuite } from './adapter-suite/stored.js';
 import { respondSuite } from './adapter-suite/respond.js';
 import { problemSuite } from './adapter-suite/problems.js';
 import { expirySuite } from './adapter-suite/expiry.js';
+import { keyHeaderSuite } from './adapter-suite/key-header.js';
 
 export type { SuiteEnv } from './adapter-suite/shared.js';
 
@@ -68,6 +69,7 @@ export function adapterContract(env: SuiteEnv): void {
   respondSuite(context);
   problemSuite(context);
   expirySuite(context);
+  keyHeaderSuite(context);
 }
 
 /**

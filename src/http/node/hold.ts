@@ -5,7 +5,7 @@
  * overrides `end` itself (what happens to the held response differs), pushing its last chunk
  * through {@link HeldWrites.push} and reading the bytes with {@link HeldWrites.body}.
  */
-import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 
 /** The writes of one held response. */
 export interface HeldWrites {
@@ -49,14 +49,38 @@ export function holdWrites(res: ServerResponse): HeldWrites {
   return { push, body: () => (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)) };
 }
 
-/** Node's header object (request or response; repeated names as arrays) as fetch `Headers`. */
-export function toHeaders(
-  source: IncomingHttpHeaders | OutgoingHttpHeaders | Readonly<Record<string, string | number | readonly string[] | undefined>>,
-): Headers {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(source)) {
-    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
-    else if (value !== undefined) headers.set(name, String(value));
+type Writer = { write: ServerResponse['write']; end: ServerResponse['end']; writeHead: ServerResponse['writeHead']; destroy: ServerResponse['destroy'] };
+const SAVED = Symbol('idem.original');
+/** The methods a hold replaces on the response. */
+const HELD_METHODS = ['write', 'end', 'writeHead', 'destroy'] as const;
+/**
+ * Which of {@link HELD_METHODS} the response carried as its own properties before the hold
+ * (another middleware's wrapper, e.g. compression's): those are put back as they were, the
+ * others deleted so the prototype's method shows again. Assigning the prototype's functions
+ * back as own properties instead left every held response with four own function
+ * properties, and cost Express about a fifth of idem's CPU per new key (bench/notes.md).
+ */
+type Saved = { original: Writer; own: number };
+
+/** Saves the response's `write`, `end`, `writeHead` and `destroy` before a hold replaces them. @returns the originals */
+export function saveMethods(res: ServerResponse): Writer {
+  const original: Writer = { write: res.write, end: res.end, writeHead: res.writeHead, destroy: res.destroy };
+  let own = 0;
+  for (let i = 0; i < HELD_METHODS.length; i++) if (Object.hasOwn(res, HELD_METHODS[i]!)) own |= 1 << i;
+  (res as unknown as Record<symbol, Saved>)[SAVED] = { original, own };
+  return original;
+}
+
+/** Puts back what {@link saveMethods} saved (once; later calls do nothing). */
+export function restoreMethods(res: ServerResponse): void {
+  const saved = (res as unknown as Record<symbol, Saved | undefined>)[SAVED];
+  if (!saved) return;
+  const { original, own } = saved;
+  const target = res as unknown as Record<string, unknown>;
+  for (let i = 0; i < HELD_METHODS.length; i++) {
+    const name = HELD_METHODS[i]!;
+    if (own & (1 << i)) target[name] = original[name];
+    else delete target[name];
   }
-  return headers;
+  (res as unknown as Record<symbol, unknown>)[SAVED] = undefined;
 }
