@@ -23,7 +23,7 @@
  * });
  * ```
  */
-import { DEFAULT_KEY_HEADER } from '../core/constants.js';
+import { resolveKeyHeader } from '../http/key-header.js';
 import { InvalidOptionError } from '../core/errors.js';
 import type { IdempotencyContext } from '../http/context.js';
 import { HttpIdempotency, type IdempotencyOptions, type Prepared } from '../http/idempotency.js';
@@ -99,7 +99,7 @@ export function withIdempotency<Tx = unknown, E extends LambdaHttpEvent = Lambda
   handler: IdempotentLambdaHandler<E, C, R, Tx>,
 ): (event: E, context: C) => Promise<R> {
   const coreFor = cores(options);
-  const keyHeader = options.keyHeader ?? DEFAULT_KEY_HEADER;
+  const keyHeader = resolveKeyHeader(options);
   waitLimits(options as LambdaIdempotencyOptions<unknown>, undefined); // validates the margin at start-up
   return async function idempotentHandler(event, context) {
     if (!isHttpEvent(event)) return handler(event, context, undefined);
@@ -153,7 +153,7 @@ export interface MiddyIdempotency {
  */
 export function idempotency<Tx = unknown>(options: LambdaIdempotencyOptions<Tx>): MiddyIdempotency {
   const coreFor = cores(options);
-  const keyHeader = options.keyHeader ?? DEFAULT_KEY_HEADER;
+  const keyHeader = resolveKeyHeader(options);
   waitLimits(options as LambdaIdempotencyOptions<unknown>, undefined); // validates the margin at start-up
   const pending = new WeakMap<object, { prepared: Extract<Prepared<Tx>, { kind: 'execute' }>; v2: boolean }>();
   return {
