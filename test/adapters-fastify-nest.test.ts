@@ -1,5 +1,5 @@
 /**
- * The adapter contract suite (test/helpers/adapter-suite.ts) run against Fastify and NestJS on
+ * The adapter contract suite (test/contracts/adapter.ts) run against Fastify and NestJS on
  * both of its platforms (Express and Fastify), each the real framework over a real socket, over
  * every store of test/helpers/stores.ts `suiteStores`.
  */

@@ -1,5 +1,5 @@
 /**
- * The adapter contract suite (test/helpers/adapter-suite.ts) run against Next.js
+ * The adapter contract suite (test/contracts/adapter.ts) run against Next.js
  * (test/helpers/harness-next.ts: the example app built by `next build` and served in this
  * process by Next's own server) on every engine, the way test/adapters.test.ts runs it:
  * PGlite always, PostgreSQL when DATABASE_URL is set.

@@ -1,5 +1,5 @@
 /**
- * The adapter contract suite (test/helpers/adapter-suite.ts) with a replay cache on every app
+ * The adapter contract suite (test/contracts/adapter.ts) with a replay cache on every app
  * (protocol.md K20), for the web-standard core and Hono, over the memory store on its real
  * clock and real PostgreSQL: every HTTP behaviour holds with replays answered from memory.
  */

@@ -1,5 +1,5 @@
 /**
- * The adapter contract suite (test/helpers/adapter-suite.ts) run against the web-standard core,
+ * The adapter contract suite (test/contracts/adapter.ts) run against the web-standard core,
  * Hono and Express over every store of test/helpers/stores.ts `suiteStores`.
  */
 import { harnesses } from './helpers/adapter-harness.js';

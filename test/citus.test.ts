@@ -15,7 +15,7 @@ import type { Queryable, SqlClient } from '../src/postgres/client.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { CITUS_URL, citusNotice } from './helpers/citus-stores.js';
 import { tableName } from './helpers/engines.js';
-import { claimInput, claimedToken, finishWith, LONG_LEASE_MS, phase } from './helpers/store-contract/shared.js';
+import { claimInput, claimedToken, finishWith, LONG_LEASE_MS, phase } from './contracts/store/shared.js';
 
 citusNotice();
 

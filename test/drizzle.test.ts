@@ -16,7 +16,7 @@ import { drizzle } from '../src/drizzle/index.js';
 import { postgresjs } from '../src/postgresjs/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { tableName } from './helpers/engines.js';
-import { claimedToken, claimInput, empty, finishWith, LONG_LEASE_MS, SCOPE } from './helpers/store-contract/shared.js';
+import { claimedToken, claimInput, empty, finishWith, LONG_LEASE_MS, SCOPE } from './contracts/store/shared.js';
 
 interface Opened {
   name: string;

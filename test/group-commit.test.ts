@@ -11,7 +11,7 @@ import { InvalidOptionError } from '../src/core/errors.js';
 import { type GroupBatch, PostgresStore, type PostgresStoreOptions, StoreTimeoutError } from '../src/postgres/index.js';
 import type { ClaimResult } from '../src/store/types.js';
 import { tableName } from './helpers/engines.js';
-import { claimedToken, claimInput, existing, fp, LONG_LEASE_MS, RETENTION_MS, SCOPE } from './helpers/store-contract/shared.js';
+import { claimedToken, claimInput, existing, fp, LONG_LEASE_MS, RETENTION_MS, SCOPE } from './contracts/store/shared.js';
 
 const response = (n: number) => ({
   status: 201,

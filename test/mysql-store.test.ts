@@ -18,8 +18,8 @@ import { isTransientFailure } from '../src/engine/failures.js';
 import { needs } from './helpers/services.js';
 import { openMySqlDatabase } from './helpers/mysql-stores.js';
 import { tableName } from './helpers/engines.js';
-import { claimedToken, claimInput } from './helpers/store-contract.js';
-import { SCOPE } from './helpers/store-contract/shared.js';
+import { claimedToken, claimInput } from './contracts/store.js';
+import { SCOPE } from './contracts/store/shared.js';
 import { run } from '../src/cli/program.js';
 
 describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {

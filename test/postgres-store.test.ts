@@ -1,6 +1,6 @@
 /**
  * What only the PostgreSQL store does, beyond the store contract every store passes
- * (test/helpers/store-contract.ts, run by test/store-contract.test.ts): migrations, the SQL
+ * (test/contracts/store.ts, run by test/store-contract.test.ts): migrations, the SQL
  * statements themselves, the columns a row keeps, the sweep's batches. Run against every
  * engine in test/helpers/engines.ts (PGlite always, real PostgreSQL when DATABASE_URL is set)
  * and in both table modes, plain and partitioned (migrate and sweep differ by mode: the plain

@@ -1,10 +1,10 @@
 /**
- * The store contract (test/helpers/store-contract.ts) over every store in
+ * The store contract (test/contracts/store.ts) over every store in
  * test/helpers/stores.ts: the memory store, PostgresStore on PGlite (plain and partitioned)
  * and, when DATABASE_URL is set, on PostgreSQL (plain and partitioned).
  */
 import { describe } from 'node:test';
-import { storeContract } from './helpers/store-contract.js';
+import { storeContract } from './contracts/store.js';
 import { storeFactories } from './helpers/stores.js';
 import { citusNotice } from './helpers/citus-stores.js';
 

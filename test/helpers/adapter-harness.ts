@@ -1,6 +1,6 @@
 /**
  * One small harness per HTTP adapter (web core, Hono, Express), so the adapter contract suite
- * (test/helpers/adapter-suite.ts) states each behaviour once. A test gives a framework-neutral
+ * (test/contracts/adapter.ts) states each behaviour once. A test gives a framework-neutral
  * {@link Route}; the harness mounts it behind idem in its framework and sends requests to it.
  */
 import http from 'node:http';

@@ -13,7 +13,7 @@
  */
 import { after, describe } from 'node:test';
 import { type AdapterHarness, webCore } from './adapter-harness.js';
-import { adapterContract, unreachableStoreContract } from './adapter-suite.js';
+import { adapterContract, unreachableStoreContract } from '../contracts/adapter.js';
 import { fullMatrix } from './services.js';
 import { type StoreFactory, suiteStores, useStoreBackend } from './stores.js';
 import { realTime, virtualDate } from './wait.js';

@@ -1,11 +1,11 @@
 /**
  * Adapter contract, part: ctx.respond (the effect and the stored response in one commit, rolled back together) and retention (a key past it runs fresh).
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertProblem, bytes, hex } from '../http.js';
-import { eventually } from '../wait.js';
+import { assertProblem, bytes, hex } from '../../helpers/http.js';
+import { eventually } from '../../helpers/wait.js';
 import { created, toJson201, type SuiteContext } from './shared.js';
 
 /** Registers this part of the adapter contract. */

@@ -1,10 +1,10 @@
 /**
  * Adapter contract, part: Problem details: application/problem+json with a distinct type per condition, and the Stripe and docs-link options.
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertProblem, deferred, requestInit, unreachableStore } from '../http.js';
+import { assertProblem, deferred, requestInit, unreachableStore } from '../../helpers/http.js';
 import { GATED, created, type SuiteContext } from './shared.js';
 
 /** Registers this part of the adapter contract. */

@@ -1,11 +1,11 @@
 /**
  * Adapter contract, part: What gets stored (a rejected request frees the key, a returned error is stored) and what a thrown error does (release and resume, or store the 500).
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertProblem } from '../http.js';
-import type { Route } from '../adapter-harness.js';
+import { assertProblem } from '../../helpers/http.js';
+import type { Route } from '../../helpers/adapter-harness.js';
 import { jsonReply, type SuiteContext } from './shared.js';
 
 /** Registers this part of the adapter contract. */

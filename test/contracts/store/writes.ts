@@ -1,6 +1,6 @@
 /**
  * Store contract, part: the completer's saveRequest and listAbandoned, commit (effects and record together, rolled back when fenced or thrown), finish, extendLease and release/discard.
- * Registered by `storeContract` (test/helpers/store-contract.ts) for every store.
+ * Registered by `storeContract` (test/contracts/store.ts) for every store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,11 +1,11 @@
 /**
  * Adapter contract, part: Which requests are protected, the key header, first execution and replay, and the same key with a different request.
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertProblem, bytes, hex, INVALID_KEYS, type Send } from '../http.js';
-import type { Ctx } from '../adapter-harness.js';
+import { assertProblem, bytes, hex, INVALID_KEYS, type Send } from '../../helpers/http.js';
+import type { Ctx } from '../../helpers/adapter-harness.js';
 import { jsonReply, created, type SuiteContext } from './shared.js';
 
 /** Registers this part of the adapter contract. */

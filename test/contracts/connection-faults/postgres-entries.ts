@@ -135,9 +135,9 @@ export const postgresEntries: FaultEntry[] = [
   entry('Prisma on pg Pool', async (ctx) => {
     const { PrismaPg } = await import('@prisma/adapter-pg');
     const { prisma } = await import('../../../src/prisma/index.js');
-    const { generatePrismaClient } = await import('../prisma/generate.js');
+    const { generatePrismaClient } = await import('../../helpers/prisma/generate.js');
     generatePrismaClient();
-    const { PrismaClient } = await import('../prisma/generated/client.js');
+    const { PrismaClient } = await import('../../helpers/prisma/generated/client.js');
     const p = pool(ctx, true);
     const db = new PrismaClient({ adapter: new PrismaPg(p) });
     return migrated(ctx, prisma(db), async () => {

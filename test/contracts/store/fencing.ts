@@ -1,6 +1,6 @@
 /**
  * Store contract, part: fencing (no write with an old token changes anything; tokens only grow per key), sweep (where the store has a row sweep) and concurrent claims and commits.
- * Registered by `storeContract` (test/helpers/store-contract.ts) for every store.
+ * Registered by `storeContract` (test/contracts/store.ts) for every store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,10 +1,10 @@
 /**
  * Adapter contract, part: While the first request is still running: 409 with Retry-After, 50 parallel duplicates, and a client that disconnects mid-work.
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertProblem, deferred, poll, requestInit } from '../http.js';
+import { assertProblem, deferred, poll, requestInit } from '../../helpers/http.js';
 import { GATED, jsonReply, created, type SuiteContext } from './shared.js';
 
 /** Registers this part of the adapter contract. */

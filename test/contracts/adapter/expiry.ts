@@ -2,7 +2,7 @@
  * Adapter contract, part: the expiry signal (protocol.md H40). With `expiresHeader`, the first
  * response of a key and every replay carry the end of its retention as an HTTP-date; off by
  * default; never on a response that kept nothing (a rejection, a 409 in progress).
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';

@@ -3,8 +3,8 @@
  * servers (test/helpers/silent-proxy.ts). A fault starts while the service is warm, makes at
  * least one request meet it, and leaves the proxies forwarding again (the server is back).
  */
-import type { SilentProxy } from '../silent-proxy.js';
-import { poll } from '../wait.js';
+import type { SilentProxy } from '../../helpers/silent-proxy.js';
+import { poll } from '../../helpers/wait.js';
 
 /** What a fault works with: the proxies, and a way to send one request that the contract checks for a 503. */
 export interface FaultScene {

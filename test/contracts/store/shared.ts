@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import type { ClaimInput, ClaimResult, CommitRecord, IdempotencyStore, KeyRecord, KeyRef, StoredResponse } from '../../../src/store/types.js';
-import type { StoreCapabilities, StoreHarness } from '../stores.js';
+import type { StoreCapabilities, StoreHarness } from '../../helpers/stores.js';
 
 export const SCOPE = 'tenant-1';
 export const LONG_LEASE_MS = 60_000;

@@ -11,20 +11,20 @@ import assert from 'node:assert/strict';
 import type { Queryable } from '../../src/postgres/client.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
 import { ReplayCache } from '../../src/engine/replay-cache.js';
-import type { AdapterHarness } from './adapter-harness.js';
-import { assertProblem, requestInit, type Send, unreachableStore } from './http.js';
-import type { StoreHarness } from './stores.js';
-import type { SuiteContext, SuiteEnv } from './adapter-suite/shared.js';
-import { requestSuite } from './adapter-suite/requests.js';
-import { inFlightSuite } from './adapter-suite/in-flight.js';
-import { scopeSuite } from './adapter-suite/scope.js';
-import { storedSuite } from './adapter-suite/stored.js';
-import { respondSuite } from './adapter-suite/respond.js';
-import { problemSuite } from './adapter-suite/problems.js';
-import { expirySuite } from './adapter-suite/expiry.js';
-import { keyHeaderSuite } from './adapter-suite/key-header.js';
+import type { AdapterHarness } from '../helpers/adapter-harness.js';
+import { assertProblem, requestInit, type Send, unreachableStore } from '../helpers/http.js';
+import type { StoreHarness } from '../helpers/stores.js';
+import type { SuiteContext, SuiteEnv } from './adapter/shared.js';
+import { requestSuite } from './adapter/requests.js';
+import { inFlightSuite } from './adapter/in-flight.js';
+import { scopeSuite } from './adapter/scope.js';
+import { storedSuite } from './adapter/stored.js';
+import { respondSuite } from './adapter/respond.js';
+import { problemSuite } from './adapter/problems.js';
+import { expirySuite } from './adapter/expiry.js';
+import { keyHeaderSuite } from './adapter/key-header.js';
 
-export type { SuiteEnv } from './adapter-suite/shared.js';
+export type { SuiteEnv } from './adapter/shared.js';
 
 /**
  * Registers the contract suite for `env.harness` on `env.backend()` (connected in a `before` of

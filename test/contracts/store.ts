@@ -12,15 +12,15 @@
 import { afterEach, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
 import type { IdempotencyStore, KeyRef } from '../../src/store/types.js';
-import { useStoreBackend, type StoreFactory, type StoreHarness } from './stores.js';
-import { claimedToken, claimInput, HOUR_MS, LONG_LEASE_MS, RETENTION_MS, SCOPE, type ContractContext } from './store-contract/shared.js';
-import { claimSuite } from './store-contract/claim.js';
-import { writeSuite } from './store-contract/writes.js';
-import { fencingSuite } from './store-contract/fencing.js';
-import { attemptsSuite } from './store-contract/attempts.js';
-import { operatorSuite } from './store-contract/operator.js';
+import { useStoreBackend, type StoreFactory, type StoreHarness } from '../helpers/stores.js';
+import { claimedToken, claimInput, HOUR_MS, LONG_LEASE_MS, RETENTION_MS, SCOPE, type ContractContext } from './store/shared.js';
+import { claimSuite } from './store/claim.js';
+import { writeSuite } from './store/writes.js';
+import { fencingSuite } from './store/fencing.js';
+import { attemptsSuite } from './store/attempts.js';
+import { operatorSuite } from './store/operator.js';
 
-export { claimInput, claimedToken } from './store-contract/shared.js';
+export { claimInput, claimedToken } from './store/shared.js';
 
 /** Runs the store contract over the store `factory` opens; call inside a `describe`. */
 export function storeContract(factory: StoreFactory): void {

@@ -9,7 +9,7 @@
 import { createClient, createCluster } from '@redis/client';
 import { Cluster, Redis } from 'ioredis';
 import { RedisStore, type RedisClientLike } from '../../../src/redis/index.js';
-import { REDIS_URL, startCluster, type TestCluster } from '../redis.js';
+import { REDIS_URL, startCluster, type TestCluster } from '../../helpers/redis.js';
 import type { Endpoint, FaultEntry, OpenContext, OpenedStore } from './entry.js';
 
 /** Longer than every timer: idem's silentLinkMs (3 × storeTimeoutMs of 1000); the clients have their defaults. */

@@ -1,6 +1,6 @@
 /**
  * Adapter contract, part: Scopes: keys are per credential (Authorization, else Cookie, else public), hashed, never stored raw; a custom scope resolver.
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';

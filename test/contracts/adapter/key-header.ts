@@ -1,11 +1,11 @@
 /**
  * Adapter contract, part: the key header's name (`keyHeader`, its deprecated alias `headerName`)
  * and failure counting (`maxAttempts`), the same on every adapter.
- * Registered by `adapterContract` (test/helpers/adapter-suite.ts) for every harness and store.
+ * Registered by `adapterContract` (test/contracts/adapter.ts) for every harness and store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertProblem } from '../http.js';
+import { assertProblem } from '../../helpers/http.js';
 import { created, type SuiteContext } from './shared.js';
 
 /** Registers this part of the adapter contract. */

@@ -1,6 +1,6 @@
 /**
  * Store contract, part: claim (new key, existing key, in progress, retention counts as absent), replay and mismatch reads, the claim id, get and takeOver.
- * Registered by `storeContract` (test/helpers/store-contract.ts) for every store.
+ * Registered by `storeContract` (test/contracts/store.ts) for every store.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';

@@ -14,7 +14,7 @@ import { IdempotencyModule, Idempotent, IdemContext } from '../../../src/nestjs/
 import type { IdempotencyOptions } from '../../../src/http/idempotency.js';
 import type { IdempotencyContext } from '../../../src/http/context.js';
 import { MemoryStore } from '../../../src/memory/index.js';
-import { startNest } from '../harness-nestjs.js';
+import { startNest } from '../../helpers/harness-nestjs.js';
 import { FILE } from './apps-node.js';
 import { rowHeaders, type ShapeApp } from './app.js';
 import { BYTES, charge, nodeStream, OBJECT, shapeOf, TEXT } from './shapes.js';

@@ -10,8 +10,8 @@ import type { IdempotencyContext } from '../../../src/http/context.js';
 import { idempotency as honoIdempotency } from '../../../src/hono/index.js';
 import { withIdempotency } from '../../../src/lambda/index.js';
 import { MemoryStore } from '../../../src/memory/index.js';
-import { type EventFormat, fromResult, lambdaContext, toEvent } from '../harness-lambda.js';
-import { nextHarness } from '../harness-next.js';
+import { type EventFormat, fromResult, lambdaContext, toEvent } from '../../helpers/harness-lambda.js';
+import { nextHarness } from '../../helpers/harness-next.js';
 import { rowHeaders, type ShapeApp } from './app.js';
 import { BYTES, charge, OBJECT, shapeOf, TEXT, webStream, CHUNKS } from './shapes.js';
 

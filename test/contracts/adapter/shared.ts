@@ -4,10 +4,10 @@
  */
 import type { IdempotencyOptions } from '../../../src/http/idempotency.js';
 import type { Queryable } from '../../../src/postgres/client.js';
-import type { AdapterApp, AdapterHarness, Reply, Route } from '../adapter-harness.js';
-import type { KeyRow, Send } from '../http.js';
-import type { StoreBackend, StoreHarness } from '../stores.js';
-import type { TestTime } from '../wait.js';
+import type { AdapterApp, AdapterHarness, Reply, Route } from '../../helpers/adapter-harness.js';
+import type { KeyRow, Send } from '../../helpers/http.js';
+import type { StoreBackend, StoreHarness } from '../../helpers/stores.js';
+import type { TestTime } from '../../helpers/wait.js';
 
 /** For tests that hold a route on a gate: a broken adapter fails them instead of hanging the run. */
 export const GATED = { timeout: 15_000 };

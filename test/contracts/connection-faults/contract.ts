@@ -15,10 +15,10 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
-import { spawnTs, stopChild, type Child } from '../process.js';
-import { startSilentProxy, type SilentProxy } from '../silent-proxy.js';
-import { PROBLEM, requestInit } from '../http.js';
-import { sleep } from '../wait.js';
+import { spawnTs, stopChild, type Child } from '../../helpers/process.js';
+import { startSilentProxy, type SilentProxy } from '../../helpers/silent-proxy.js';
+import { PROBLEM, requestInit } from '../../helpers/http.js';
+import { sleep } from '../../helpers/wait.js';
 import type { FaultEntry } from './entry.js';
 import { faults, type FaultScene } from './faults.js';
 
@@ -28,7 +28,7 @@ export const STORE_TIMEOUT_MS = 1000;
 export const RECOVER_MS = Number(process.env.FAULT_RECOVER_MS ?? 15_000);
 /** Requests in a row that must answer 201 once recovered. */
 export const STEADY = 5;
-const APP = 'test/helpers/connection-faults/app.ts';
+const APP = 'test/contracts/connection-faults/app.ts';
 
 /** What the contract measured for one fault, printed as a diagnostic. */
 interface Recovery {

@@ -9,8 +9,8 @@
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertProblem, bytes } from '../http.js';
-import { memoryRealClockFactory, storeFactories, type StoreFactory, useStoreBackend } from '../stores.js';
+import { assertProblem, bytes } from '../../helpers/http.js';
+import { memoryRealClockFactory, storeFactories, type StoreFactory, useStoreBackend } from '../../helpers/stores.js';
 import type { ShapeApp, ShapeSend } from './app.js';
 import { BREAK, phaseRuns, type Shape, SHAPES, shapePath, TEXT } from './shapes.js';
 

@@ -14,7 +14,7 @@ import type { IdempotencyContext } from '../../../src/http/context.js';
 import { idempotency as expressIdempotency } from '../../../src/express/index.js';
 import { idempotency as koaIdempotency } from '../../../src/koa/index.js';
 import { idempotency as fastifyIdempotency } from '../../../src/fastify/index.js';
-import { listen } from '../adapter-harness.js';
+import { listen } from '../../helpers/adapter-harness.js';
 import { rowHeaders, type ShapeApp, type ShapeSend } from './app.js';
 import { BYTES, charge, chunks, CHUNKS, nodeStream, OBJECT, shapeOf, TEXT, webStream } from './shapes.js';
 
