@@ -26,7 +26,7 @@ function titleOf(file: string): string {
  * docs/guides/*.md is in the sidebar without an edit of this file.
  */
 const GROUPS: Array<[string, string[]]> = [
-  ['Start', ['quickstart', 'install', 'behaviour', 'options', 'wait-mode']],
+  ['Start', ['quickstart', 'install', 'runtimes', 'behaviour', 'options', 'wait-mode']],
   ['Frameworks', ['hono', 'express', 'fastify', 'koa', 'nestjs', 'next', 'lambda', 'fetch', 'adapters']],
   ['Stores', ['postgres', 'pglite', 'redis', 'memory', 'mysql', 'citus']],
   ['Database clients', ['drizzle', 'kysely', 'prisma', 'postgresjs']],
