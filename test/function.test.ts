@@ -106,7 +106,7 @@ for (const factory of workStores) {
       assert.deepEqual(await h.effects(), ['reserve s-1', 'ship s-1']);
     });
 
-    it('a result the codec cannot encode is not stored and does not hold the key: the next call runs at once', async () => {
+    it('a result the codec cannot encode fails closed: its failure is stored, the next call does not run the function again (protocol.md K46)', async () => {
       const h = await fresh();
       let runs = 0;
       const total = idempotent(
@@ -117,9 +117,10 @@ for (const factory of workStores) {
         },
         { store: h.store, name: 'total', key: 'day-1' },
       );
-      await assert.rejects(total(), TypeError, 'JSON cannot encode a bigint');
-      assert.deepEqual(await total(), { total: 1 }, 'released, not in progress: the next call resumes');
-      assert.equal(runs, 2);
+      const unencodable = (e: unknown) => e instanceof StoredFailureError && e.failure.code === 'IDEM_UNENCODABLE_RESULT';
+      await assert.rejects(total(), unencodable, 'JSON cannot encode a bigint: the stored failure');
+      await assert.rejects(total(), unencodable, 'every later call gets the stored failure');
+      assert.equal(runs, 1, 'the function ran once: its effects stand, the key was not freed for a rerun');
       assert.deepEqual(await h.effects(), ['count'], 'the committed phase is not repeated');
     });
 

@@ -8,6 +8,8 @@ import type { AmqpConfirmChannelLike, AmqpMessageLike, AmqpPublishOptions } from
 export const ATTEMPT_HEADER = 'x-idem-attempt';
 /** The header a dead-lettered copy carries: the disposition's reason. */
 export const REASON_HEADER = 'x-idem-reason';
+/** The header carrying how many times a message was given back because its key was in progress elsewhere (not attempts). */
+export const GIVEN_BACK_HEADER = 'x-idem-given-back';
 
 /** Options of {@link consumeAmqp}. */
 export interface AmqpConsumeOptions<Tx = unknown> {
@@ -68,7 +70,9 @@ export interface AmqpConsumer {
  *   queue with the delay as its TTL and confirmed, then the original is acked; if the copy is
  *   not confirmed, nothing is acked and the broker redelivers the original. A duplicate whose
  *   key is in progress (reason `in-progress`, a short delay) is instead held unacked for its
- *   delay and requeued with `basic.nack`; other deliveries go on meanwhile;
+ *   delay, then given back as a confirmed copy to the queue itself (its attempt not counted,
+ *   `x-idem-given-back` raised) and the original acked: never a requeue, which a quorum queue
+ *   counts toward its `x-delivery-limit`; other deliveries go on meanwhile;
  * - `dead-letter`: a copy to `deadLetter` (confirmed) then ack, or a reject without requeue.
  *
  * The delivery count comes from the `x-idem-attempt` header of retried copies plus the
@@ -117,15 +121,30 @@ export async function consumeAmqp<Tx>(options: AmqpConsumeOptions<Tx>): Promise<
       return;
     }
     if (disposition.action === 'retry' && disposition.reason === 'in-progress') {
-      // A duplicate in flight (protocol.md K18): held for its short delay, then requeued to the
-      // same queue. Not a copy through the retry queue, where a short TTL would wait behind the
-      // long ones at its head (RabbitMQ expires per-message TTLs only there).
+      // A duplicate in flight (protocol.md K18): held for its short delay, then given back to the
+      // same queue as a confirmed copy and the original acked. Not a copy through the retry
+      // queue, where a short TTL would wait behind the long ones at its head (RabbitMQ expires
+      // per-message TTLs only there); not a requeue (`basic.nack`), which raises a quorum queue's
+      // x-delivery-count and, past its x-delivery-limit, dead-letters a message that never
+      // failed. The copy carries the deliveries that counted before this one: a give-back is
+      // not an attempt (protocol.md K18, K46).
       await new Promise((resolve) => setTimeout(resolve, Math.max(0, disposition.delayMs)));
-      ch.nack(msg, false, true);
+      const headers = {
+        ...copiedHeaders(msg),
+        [ATTEMPT_HEADER]: Math.max(0, (message.attempt ?? 1) - 1),
+        [GIVEN_BACK_HEADER]: (message.givenBack ?? 0) + 1,
+      };
+      try {
+        await publishConfirmed(channel, '', queue, msg, { headers });
+      } catch {
+        ch.nack(msg, false, true); // the copy was not confirmed: requeue (counted by a quorum queue)
+        return;
+      }
+      ch.ack(msg);
       return;
     }
     if (disposition.action === 'retry') {
-      const headers = { ...(msg.properties.headers ?? {}), [ATTEMPT_HEADER]: message.attempt ?? 1 };
+      const headers = { ...copiedHeaders(msg), [ATTEMPT_HEADER]: message.attempt ?? 1 };
       await publishConfirmed(channel, '', retryQueue, msg, { headers, expiration: String(Math.max(0, Math.ceil(disposition.delayMs))) });
       ch.ack(msg);
       return;
@@ -179,12 +198,24 @@ export function toConsumed(msg: AmqpMessageLike, id: string | undefined): Consum
   const before = Number(headers[ATTEMPT_HEADER] ?? 0);
   const count = Number(headers['x-delivery-count']);
   const redeliveries = Number.isFinite(count) && count > 0 ? count : msg.fields.redelivered ? 1 : 0;
-  return {
+  const givenBack = Number(headers[GIVEN_BACK_HEADER] ?? 0);
+  const consumed: ConsumedMessage = {
     id: id ?? '',
     body: msg.content,
     contentType: msg.properties.contentType ?? null,
     attempt: (Number.isFinite(before) ? before : 0) + redeliveries + 1,
   };
+  if (Number.isFinite(givenBack) && givenBack > 0) consumed.givenBack = givenBack;
+  return consumed;
+}
+
+/**
+ * The headers a copy of `msg` carries: its own, without the broker's `x-delivery-count` (already
+ * folded into `x-idem-attempt` by {@link toConsumed}; carried over, it would count twice).
+ */
+function copiedHeaders(msg: AmqpMessageLike): Record<string, unknown> {
+  const { 'x-delivery-count': _counted, ...headers } = msg.properties.headers ?? {};
+  return headers;
 }
 
 function publishConfirmed(

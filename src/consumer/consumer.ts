@@ -161,7 +161,7 @@ export class IdempotentConsumer<Tx = unknown> {
       // protocol.md H17 for messages: fail closed, the message comes back.
       return { action: 'retry', reason: 'store-unavailable', delayMs: this.retryDelay(attempt), error };
     }
-    return this.disposition(end, attempt);
+    return this.disposition(end, attempt, message.givenBack ?? 0);
   }
 
   /**
@@ -214,7 +214,7 @@ export class IdempotentConsumer<Tx = unknown> {
   }
 
   /** How the engine's attempt ended (protocol.md K46), as a disposition. */
-  private disposition(end: RunOutcome, attempt: number): Disposition {
+  private disposition(end: RunOutcome, attempt: number, givenBack = 0): Disposition {
     switch (end.kind) {
       case 'replay':
         return { action: 'ack', reason: 'duplicate' };
@@ -223,7 +223,8 @@ export class IdempotentConsumer<Tx = unknown> {
       case 'in-progress':
         // The holder acks its own delivery; this one comes back soon (the holder is likely done
         // by then), never later than the lease's end (a crashed holder is then taken over).
-        return { action: 'retry', reason: 'in-progress', delayMs: Math.max(1, Math.min(end.retryAfterMs, this.inProgressDelay(attempt))) };
+        // Its backoff grows with the give-backs too, which an adapter may not count as attempts (K18).
+        return { action: 'retry', reason: 'in-progress', delayMs: Math.max(1, Math.min(end.retryAfterMs, this.inProgressDelay(attempt + givenBack))) };
       case 'done':
         return { action: 'ack', reason: 'processed' };
       case 'failed-permanently':

@@ -19,6 +19,13 @@ export interface ConsumedMessage {
    * @default unknown (counted as delivery 1)
    */
   attempt?: number;
+  /**
+   * How many times the adapter gave this message back because its key was in progress elsewhere
+   * (`idem/amqp`'s `x-idem-given-back`): not attempts, only the backoff of the next give-back
+   * (`inProgressDelayMs`, protocol.md K18).
+   * @default 0
+   */
+  givenBack?: number;
 }
 
 /** Why a message is acknowledged. */

@@ -23,6 +23,7 @@ export const ErrorCode = {
   StoreTimeout: 'IDEM_STORE_TIMEOUT',
   MissingPartition: 'IDEM_MISSING_PARTITION',
   FailedPermanently: 'IDEM_FAILED_PERMANENTLY',
+  UnencodableResult: 'IDEM_UNENCODABLE_RESULT',
   // idem/redis durability (src/redis/options.ts)
   NotReplicated: 'IDEM_REDIS_NOT_REPLICATED',
   // idem/webhooks (src/webhooks/presets.ts)
@@ -172,6 +173,18 @@ export class MissingDependencyError extends IdempotencyError {
 export class UnsupportedResponseError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.UnsupportedResponse, message);
+  }
+}
+
+/**
+ * The work ran but its outcome cannot be stored: `idempotent(fn)`'s codec refused the result (a
+ * BigInt or a cycle under JSON), or a response is not a status 100-599 with a byte body. Its
+ * effects stand, so the key is not freed for a rerun: the attempt ends for good at once and the
+ * failure is the key's stored outcome where the surface keeps one (protocol.md K46). Not retryable.
+ */
+export class UnencodableResultError extends IdempotencyError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ErrorCode.UnencodableResult, message, options);
   }
 }
 

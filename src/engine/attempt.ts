@@ -6,9 +6,10 @@
  * every store, a transient one never does, and the last allowed attempt stores the key's
  * permanent outcome (or, where the surface keeps none, releases it for good).
  */
-import { LeaseLostError } from '../core/errors.js';
+import { LeaseLostError, UnencodableResultError } from '../core/errors.js';
 import type { StoredResponse } from '../store/types.js';
 import type { Execution } from './execution.js';
+import { checkResponse } from './execution-checks.js';
 import { countsAsFailure } from './failures.js';
 
 /** What a surface decides about its attempts: one type for every surface (docs/architecture.md has the table of defaults). */
@@ -29,9 +30,11 @@ export interface AttemptPolicy<Tx = unknown> {
   /**
    * The key's permanent outcome when it has failed `maxAttempts` times (K23): stored and
    * replayed from then on. `undefined` (or a function that returns it): nothing is stored, the
-   * key is released and the end is reported (a consumer dead-letters the message).
+   * key is released and the end is reported (a consumer dead-letters the message). `error`: the
+   * last attempt's failure, when it was one (an {@link UnencodableResultError} ends the key at
+   * once, whatever the count: K46).
    */
-  exhausted?: (failedAttempts: number, execution: Execution<Tx>) => StoredResponse | undefined | Promise<StoredResponse | undefined>;
+  exhausted?: (failedAttempts: number, execution: Execution<Tx>, error?: unknown) => StoredResponse | undefined | Promise<StoredResponse | undefined>;
   /**
    * The source's own count of this attempt (a broker's delivery count, 1 on the first
    * delivery), when it keeps one: a failure that counts ends the key at the larger of it and
@@ -99,6 +102,15 @@ export class Attempt<Tx = unknown> {
     if (execution.status === 'lost') return { kind: 'lease-lost' };
     if (execution.status === 'done' && execution.stored) return { kind: 'done', response: execution.stored }; // the work finished it itself
     if (execution.status !== 'open') return { kind: 'released' };
+    if (typeof response !== 'function') {
+      // protocol.md K46: a response that cannot be stored is refused before the store is asked,
+      // and ends the key for good (the work ran), not as the store unavailable.
+      try {
+        checkResponse(response);
+      } catch (error) {
+        return this.unrecordable(new UnencodableResultError(`idem: the work's outcome cannot be stored: ${(error as Error).message}`, { cause: error }));
+      }
+    }
     try {
       return { kind: 'done', response: await execution.finish(response) };
     } catch (error) {
@@ -111,6 +123,7 @@ export class Attempt<Tx = unknown> {
     const execution = this.execution;
     if (error instanceof LeaseLostError || execution.status === 'lost') return { kind: 'lease-lost', error };
     if (execution.status !== 'open') return { kind: 'failed', error, counted: false }; // the work ended it itself first
+    if (error instanceof UnencodableResultError) return this.unrecordable(error);
     const stored = await this.policy.storeFailure?.(error, execution);
     if (stored !== undefined) {
       const end = await this.succeed(stored);
@@ -139,12 +152,30 @@ export class Attempt<Tx = unknown> {
     return { kind: 'failed', error, counted: counts && failed !== undefined, failedAttempts: failed };
   }
 
+  /**
+   * protocol.md K46: the work ran (its effects stand) but its outcome cannot be stored (a result
+   * its codec refused, a response no store can hold). A rerun
+   * would repeat the effects, so the key ends for good now, whatever `maxAttempts` says: counted,
+   * then the permanent outcome stored (the surface's, from `exhausted`) or, where the surface
+   * keeps none, released with the end reported (a consumer dead-letters).
+   */
+  private async unrecordable(error: UnencodableResultError): Promise<AttemptEnd> {
+    let failed: number | undefined;
+    try {
+      failed = await this.execution.countFailure();
+    } catch (countError) {
+      if (countError instanceof LeaseLostError) return { kind: 'lease-lost', error };
+      // the store failed: the permanent outcome is still tried below
+    }
+    return this.end(Math.max(failed ?? 1, this.policy.deliveries ?? 1), error);
+  }
+
   /** The key's last attempt: store the permanent outcome, or release it when the policy keeps none. */
   private async end(failed: number, error: unknown): Promise<AttemptEnd> {
     const execution = this.execution;
     let response: StoredResponse | undefined;
     try {
-      response = await this.policy.exhausted?.(failed, execution);
+      response = await this.policy.exhausted?.(failed, execution, error);
       if (response === undefined) {
         await execution.release().catch(() => undefined);
         return { kind: 'failed-permanently', failedAttempts: failed, error };

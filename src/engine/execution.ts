@@ -256,13 +256,17 @@ export class Execution<Tx = unknown> {
   /**
    * protocol.md K23: a release the store missed (an outage, not the request's failure) is tried
    * again in the background for two leases, 250 ms doubling to 5 s apart, or the next takeover
-   * would count a crash. Fenced: after a takeover it changes nothing.
+   * would count a crash. Fenced: after a takeover it changes nothing. Giving up is reported as
+   * `store-unavailable` for the key (and its token): the next takeover counts a crash.
    */
   private releaseLater(): void {
     const stopAt = performance.now() + 2 * this.settings.leaseMs;
     let delayMs = 250;
     const retry = () => {
-      if (performance.now() + delayMs > stopAt) return;
+      if (performance.now() + delayMs > stopAt) {
+        this.emit('store-unavailable');
+        return;
+      }
       setTimeout(() => {
         this.store.release(this.ref).then(
           (outcome) => this.emit(outcome.kind === 'ok' ? 'released' : 'lease-lost'),

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { ErrorCode, IdempotencyError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
+import { ErrorCode, IdempotencyError, InvalidOptionError, LeaseLostError, UnencodableResultError } from '../core/errors.js';
 import { Attempt, type AttemptPolicy, runAttempt } from '../engine/attempt.js';
 import { dataKey } from '../core/data-key.js';
 import { fingerprint } from '../core/fingerprint.js';
@@ -153,12 +153,15 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
   const policy: AttemptPolicy<Tx> = {
     maxAttempts,
     storeFailure: (error) => (!(error instanceof IdempotencyError) && keeps(error) ? failureRecord(error) : undefined),
-    exhausted: (failed) =>
-      failureRecord({
-        name: 'IdempotencyError',
-        code: ErrorCode.FailedPermanently,
-        message: `the function failed ${failed} times with this key (thrown or its process ended)`,
-      }),
+    // A result the codec cannot encode ends the key at once (K46): stored as the failure itself.
+    exhausted: (failed, _execution, error) =>
+      error instanceof UnencodableResultError
+        ? failureRecord(error)
+        : failureRecord({
+            name: 'IdempotencyError',
+            code: ErrorCode.FailedPermanently,
+            message: `the function failed ${failed} times with this key (thrown or its process ended)`,
+          }),
   };
 
   /** One attempt through the engine; this translates how it ended into the value or the error. */
@@ -166,8 +169,16 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
     const ctx = new FunctionContext<Tx, R>(execution, codec);
     const end = await runAttempt(new Attempt(execution, policy), async () => {
       const value = await fn(ctx, ...args);
-      // A result the codec cannot encode (a bigint or a cycle under JSON) fails the attempt.
-      return ctx.completed ? execution.stored! : resultRecord(codec, value);
+      if (ctx.completed) return execution.stored!;
+      try {
+        return resultRecord(codec, value);
+      } catch (error) {
+        // A result the codec cannot encode (a bigint or a cycle under JSON): fn's effects ran, so
+        // the key is not freed for a rerun; the failure is stored for every call (protocol.md K36, K46).
+        throw new UnencodableResultError(`idem: the result of ${scope} cannot be encoded by its codec: ${(error as Error)?.message ?? String(error)}`, {
+          cause: error,
+        });
+      }
     });
     switch (end.kind) {
       case 'done':
