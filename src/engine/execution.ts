@@ -1,6 +1,7 @@
 import { RECOVERY_POINT_START } from '../core/constants.js';
 import { deriveKey } from '../core/derived-key.js';
 import { ExecutionClosedError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
+import { hasCompletion } from '../store/capabilities.js';
 import type { IdempotencyStore, KeyRef, PhaseResults, RequestSnapshot, StoredResponse } from '../store/types.js';
 import { checkPhaseName, checkResponse, toJson } from './execution-checks.js';
 import { type IdempotencyEvent, notify } from './execution-events.js';
@@ -284,20 +285,18 @@ export class Execution<Tx = unknown> {
    */
   async saveRequest(request: RequestSnapshot): Promise<boolean> {
     this.ensureOpen();
-    if (typeof this.store.saveRequest !== 'function') throw new InvalidOptionError('idem: this store keeps no request snapshots (saveRequest)');
+    if (!hasCompletion(this.store)) throw new InvalidOptionError('idem: this store keeps no request snapshots (it does not declare completion)');
     return (await this.store.saveRequest(this.ref, request)).kind === 'ok';
   }
 
   /**
    * Counts a failed attempt on this key (fenced; the lease is kept), for `maxAttempts`.
    *
-   * @returns the attempts failed so far over the key's life, or `undefined` when the store
-   *   does not count (no `countFailure`)
+   * @returns the attempts failed so far over the key's life (every store counts, protocol.md K23)
    * @throws {LeaseLostError} another worker took over
    */
-  async countFailure(): Promise<number | undefined> {
+  async countFailure(): Promise<number> {
     this.ensureOpen();
-    if (typeof this.store.countFailure !== 'function') return undefined;
     const outcome = await this.store.countFailure(this.ref);
     if (outcome.kind === 'fenced') throw this.lost();
     return outcome.value;

@@ -25,6 +25,7 @@ import type {
   OperatorWrite,
   PhaseResults,
   RequestSnapshot,
+  StoreCapabilities,
   StoredResponse,
   TakeOverResult,
 } from '../store/types.js';
@@ -130,6 +131,8 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
   private readonly clock: () => number;
   private lastToken = 0;
   private readonly hub = new KeyChangeHub(IN_PROCESS);
+  /** Beyond the core (protocol.md "Store capabilities"): completer, wait mode in process, operator writes; no table to migrate. */
+  readonly capabilities: StoreCapabilities = { completion: true, notify: true, operator: true };
 
   /** @throws {InvalidOptionError} when `clock` is not a function */
   constructor(options: MemoryStoreOptions = {}) {
