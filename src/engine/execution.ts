@@ -16,7 +16,7 @@ export interface ExecutionSettings {
   /** The heartbeat stops extending the lease after this many ms, so a hung worker cannot hold a key forever. */
   maxExecutionMs: number;
   onEvent?: ((event: IdempotencyEvent) => void) | undefined;
-  /** This execution's takeover: the attempts failed so far, as the store counted them (protocol.md K23); undefined for a claim or a store that does not count. */
+  /** This execution's takeover: the attempts failed so far, as the store counted them (protocol.md K23); undefined for a claim. */
   failedAttempts?: number | undefined;
   /** When the key's retention ends, where the engine knows it ({@link Execution.retentionEndsAt}). */
   retentionEndsAt?: Date | undefined;
@@ -48,7 +48,7 @@ export class Execution<Tx = unknown> {
   readonly resumedFrom: string;
   /** Identifies this claim of the key (stable across takeovers); part of every derived key. */
   readonly claimId: string;
-  /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim or when the store does not count. */
+  /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim. */
   readonly failedAttempts: number | undefined;
   /** The response {@link finish} stored, once it has. */
   stored: StoredResponse | undefined;
