@@ -19,6 +19,9 @@ import { startDashboard } from '../src/cli/dashboard.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { type DashboardData, PostgresStore } from '../src/postgres/index.js';
 import { chromiumSkip, launchChromium } from './helpers/chromium.js';
+import { MySqlStore } from '../src/mysql/index.js';
+import { openMySqlDatabase } from './helpers/mysql-stores.js';
+import { needs } from './helpers/services.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const skip = chromiumSkip;
@@ -161,6 +164,78 @@ describe('idem dashboard', () => {
       assert.equal(await exited, 0);
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('idem dashboard on MySQL/MariaDB (the operator capability, no cast)', { skip: needs('MYSQL_URL') }, () => {
+  test('the overview, the inspector, and release and forget actions fenced by the token shown', async () => {
+    const db = await openMySqlDatabase();
+    const store = new MySqlStore({ client: db.pool, table: 'dash_keys' });
+    try {
+      await store.migrate();
+      const engine = new IdempotencyEngine({ store, leaseMs: 60_000 });
+      const stuck = await engine.begin({ scope: 'tenant:acme', key: 'stuck', fingerprint: fp('s') });
+      assert.equal(stuck.kind, 'execute');
+      if (stuck.kind === 'execute') {
+        await stuck.execution.phase('charged', async () => 'ch_1');
+        await stuck.execution.countFailure();
+      }
+      await db.pool.query("UPDATE dash_keys SET locked_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE `key` = 'stuck'");
+      const failed = await engine.begin({ scope: 'tenant:acme', key: 'failed', fingerprint: fp('f') });
+      const problem = { type: 'urn:example:declined', secret: SECRET_BODY };
+      if (failed.kind === 'execute')
+        await failed.execution.finish(async () => ({
+          status: 502,
+          headers: [['content-type', 'application/problem+json']],
+          body: new TextEncoder().encode(JSON.stringify(problem)),
+        }));
+      const dash = await startDashboard({ store, port: 0, token: 't0k' });
+      const base = new URL(dash.url).origin;
+      const auth = { authorization: 'Bearer t0k' };
+      try {
+        const overview = (await (await fetch(`${base}/api/overview`, { headers: auth })).json()) as DashboardData & { actions: boolean };
+        assert.equal(overview.actions, true);
+        assert.equal(overview.stats.total, 2);
+        assert.deepEqual(
+          overview.stuck.map((k) => [k.key, k.recoveryPoint, k.failedAttempts]),
+          [['stuck', 'charged', 1]],
+        );
+        assert.deepEqual(
+          overview.failing.map((k) => [k.key, k.responseStatus, k.problemType]),
+          [
+            ['failed', 502, 'urn:example:declined'],
+            ['stuck', null, null],
+          ],
+        );
+        assert.equal(
+          overview.timeline.reduce((n, r) => n + r.count, 0),
+          2,
+        );
+        assert.ok(!JSON.stringify(overview).includes(SECRET_BODY), 'no body in the overview');
+        const inspected = (await (await fetch(`${base}/api/inspect?scope=tenant:acme&key=stuck`, { headers: auth })).json()) as Record<string, unknown>;
+        assert.deepEqual(inspected.phases, ['charged']);
+        assert.equal(inspected.failedAttempts, 1);
+        const act = (action: string, key: string, token: string) =>
+          fetch(`${base}/api/${action}`, {
+            method: 'POST',
+            headers: { ...auth, origin: base, 'content-type': 'application/json' },
+            body: JSON.stringify({ scope: 'tenant:acme', key, token }),
+          });
+        const token = overview.stuck[0]!.token!;
+        assert.equal((await act('release', 'stuck', String(Number(token) - 1))).status, 409, 'a token not shown is refused');
+        const released = await act('release', 'stuck', token);
+        assert.equal(released.status, 200, await released.clone().text());
+        assert.match((await store.inspect('tenant:acme', 'stuck'))?.operatorNote ?? '', /"by":"dashboard"/);
+        const done = await store.inspect('tenant:acme', 'failed');
+        const forgot = await act('forget', 'failed', done!.token);
+        assert.equal(forgot.status, 200, await forgot.clone().text());
+        assert.equal((await store.get('tenant:acme', 'failed', 86_400_000))?.state, 'started');
+      } finally {
+        await dash.close();
+      }
+    } finally {
+      await db.close();
     }
   });
 });

@@ -1,8 +1,8 @@
 /**
  * What only the MySQL store shows (the store contract and the engine suite run over it through
- * test/helpers/mysql-stores.ts): wait mode refused with its reason, keys compared byte for byte,
- * bodies out of line in `<table>_blobs`, a sweep that keeps the token counter, and the CLI (its
- * operator actions and dashboard refused at once). On the server
+ * test/helpers/mysql-stores.ts): wait mode by polling, keys compared byte for byte, bodies out
+ * of line in `<table>_blobs`, a sweep that keeps the token counter, the operator note's upgrade,
+ * and the CLI (its operator actions included). On the server
  * of MYSQL_URL, in a database of this file's own (dropped after).
  */
 import { after, before, describe, it } from 'node:test';
@@ -83,16 +83,31 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
     }
   });
 
-  it('refuses wait mode with the reason: MySQL has no LISTEN/NOTIFY (protocol.md K45)', async () => {
+  it('serves wait mode by polling: a waiting duplicate replays the finish, with the poll settings checked (protocol.md K17)', async () => {
     const store = await fresh();
-    assert.throws(
-      () => new IdempotencyEngine({ store, inProgress: { wait: 1000 } }),
-      (error: unknown) => {
-        assert.ok(error instanceof InvalidOptionError);
-        assert.match(error.message, /no LISTEN\/NOTIFY/);
-        return true;
-      },
-    );
+    assert.throws(() => new MySqlStore({ client: pool, waitPoll: { minMs: 0 } }), InvalidOptionError);
+    const engine = new IdempotencyEngine({ store, inProgress: { wait: 10_000 } });
+    const input = { scope: SCOPE, key: 'waited', fingerprint: new Uint8Array(32).fill(7) };
+    const first = await engine.begin(input);
+    assert.equal(first.kind, 'execute');
+    const waiter = engine.begin(input);
+    await new Promise((r) => setTimeout(r, 100));
+    const finishedAt = performance.now();
+    if (first.kind === 'execute') await first.execution.finish(async () => ({ status: 201, headers: [], body: new TextEncoder().encode('ok') }));
+    const second = await waiter;
+    assert.equal(second.kind, 'replay');
+    // The poll backs off to 500 ms at most: far below the wait's 10 s.
+    assert.ok(performance.now() - finishedAt < 2000);
+    await store.dropTables();
+  });
+
+  it('adds the operator note column to a table made before operator actions', async () => {
+    const store = await fresh();
+    await pool.query(`ALTER TABLE \`${store.table}\` DROP COLUMN operator_note`);
+    assert.deepEqual(await store.migrate(), { table: 'exists', partitionsCreated: [] });
+    const token = claimedToken(await store.claim(claimInput('old-table', { leaseMs: 0 })));
+    assert.equal((await store.operate({ action: 'release', ref: { scope: SCOPE, key: 'old-table', token }, note: '{"n":1}' })).kind, 'ok');
+    assert.equal((await store.get(SCOPE, 'old-table', 60_000))?.operatorNote, '{"n":1}');
     await store.dropTables();
   });
 
@@ -180,27 +195,41 @@ describe('MySqlStore', { skip: needs('MYSQL_URL') }, () => {
     await store.dropTables();
   });
 
-  it('refuses idem release, forget and dashboard on a mysql:// URL at once, in one line naming the reason, and changes nothing', async () => {
+  it('runs idem release and forget on a mysql:// URL, fenced and recorded on the row (protocol.md K40-K42)', async () => {
     const store = await fresh();
+    const lines: string[] = [];
+    const io = { out: (l: string) => void lines.push(l), err: (l: string) => void lines.push(`ERR ${l}`), progressStream: process.stderr };
+    const cli = async (...args: string[]) => {
+      lines.length = 0;
+      return run(['node', 'idem', ...args, '--database-url', db.url, '--table', store.table, '--by', 'alice'], io);
+    };
     const token = claimedToken(await store.claim(claimInput('op-key')));
-    const before = await store.inspect('tenant-1', 'op-key');
-    for (const args of [
-      ['release', 'tenant-1', 'op-key', '--force'],
-      ['forget', 'tenant-1', 'op-key'],
-      ['dashboard', '--port', '0'],
-    ]) {
-      const lines: string[] = [];
-      const io = { out: (l: string) => void lines.push(l), err: (l: string) => void lines.push(`ERR ${l}`), progressStream: process.stderr };
-      const code = await run(['node', 'idem', ...args, '--database-url', db.url, '--table', store.table], io);
-      assert.equal(code, 1, `${args[0]}: ${lines.join('\n')}`);
-      assert.equal(lines.length, 1, lines.join('\n'));
-      assert.match(lines[0]!, new RegExp(`^ERR error: idem ${args[0]} is not available on MySQL: MySqlStore has no .*operator writes`));
-    }
-    // The key is as it was: same token, still held, no note.
-    const now = await store.inspect('tenant-1', 'op-key');
-    assert.equal(now?.token, String(token));
-    assert.equal(now?.state, 'started');
-    assert.equal(now?.lockedUntil?.getTime(), before?.lockedUntil?.getTime());
+    // A live lease is refused without --force, and nothing changes.
+    assert.equal(await cli('release', 'tenant-1', 'op-key'), 1);
+    assert.match(lines.join('\n'), /not released: a worker holds the lease/);
+    assert.equal((await store.inspect('tenant-1', 'op-key'))?.token, String(token));
+    assert.equal(await cli('release', 'tenant-1', 'op-key', '--force', '--reason', 'INC-1'), 0, lines.join('\n'));
+    const released = await store.inspect('tenant-1', 'op-key');
+    assert.ok(Number(released?.token) > token);
+    assert.equal(released?.leaseExpired, true);
+    assert.match(released?.operatorNote ?? '', /"by":"alice".*"reason":"INC-1"/);
+    assert.equal((await store.extendLease({ scope: 'tenant-1', key: 'op-key', token }, 60_000)).kind, 'fenced', 'the holder is fenced');
+    // Forget: refused on a started key, then a finished key runs again.
+    assert.equal(await cli('forget', 'tenant-1', 'op-key'), 1);
+    const taken = await store.takeOver({ scope: 'tenant-1', key: 'op-key', token: Number(released!.token) }, 60_000);
+    assert.equal(taken.kind, 'taken');
+    const held = (taken as { token: number }).token;
+    await store.commit({ scope: 'tenant-1', key: 'op-key', token: held }, () => ({
+      kind: 'finish',
+      response: { status: 500, headers: [], body: new TextEncoder().encode('x'.repeat(100_000)) },
+    }));
+    assert.equal(await cli('forget', 'tenant-1', 'op-key', '--token', String(held)), 0, lines.join('\n'));
+    const forgotten = await store.get(SCOPE, 'op-key', 60_000);
+    assert.equal(forgotten?.state, 'started');
+    assert.equal(forgotten?.recoveryPoint, 'start');
+    assert.equal(forgotten?.response, undefined);
+    const [blobs] = (await pool.query(`SELECT COUNT(*) AS n FROM \`${store.table}_blobs\``)) as unknown as [Array<{ n: number }>];
+    assert.equal(Number(blobs[0]!.n), 0, "the forgotten response's blob is deleted");
     await store.dropTables();
   });
 });

@@ -1,7 +1,7 @@
 /**
  * Wait mode (protocol.md K17) on every store beside PostgreSQL (test/wait-mode.test.ts): the
  * memory store (in process), PGlite (its `listen`), Redis through node-redis and ioredis, single
- * and Cluster (sharded pub/sub from the scripts). Each test would fail if the store sent no
+ * and Cluster (sharded pub/sub from the scripts), MySQL/MariaDB (polling). Each test would fail if the store sent no
  * notification: its waiters wait `inProgress.wait` (10 s) or a whole lease, far above the bounds
  * asserted here.
  */
@@ -14,6 +14,8 @@ import { InvalidOptionError, StoreUnavailableError } from '../src/core/errors.js
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import { withIdempotency } from '../src/lambda/index.js';
 import { MemoryStore } from '../src/memory/index.js';
+import { MySqlStore } from '../src/mysql/index.js';
+import { openMySqlDatabase } from './helpers/mysql-stores.js';
 import { releaseKey } from '../src/operator/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { RedisStore } from '../src/redis/index.js';
@@ -199,6 +201,18 @@ storeSuite(
   needs('DATABASE_URL'),
 );
 
+// MySQL and MariaDB cannot notify: the store polls each waited-for key (src/mysql/wait.ts).
+storeSuite(
+  'MySqlStore (polling)',
+  async () => {
+    const db = await openMySqlDatabase();
+    const store = new MySqlStore({ client: db.pool, table: tableName('idem_wait') });
+    await store.migrate();
+    return { store, close: () => db.close() };
+  },
+  needs('MYSQL_URL'),
+);
+
 function redisOpen(open: () => Promise<TestClient>): () => Promise<Opened> {
   return async () => {
     const t = await open();
@@ -372,18 +386,20 @@ describe('a waiter cannot hang (protocol.md K17)', () => {
 });
 
 describe('which stores can serve wait mode: decided in one place, waitRefusal (protocol.md K17)', () => {
-  test('a store without subscribe is refused with its own reason; a store with it waits, whatever its noSubscribe says', async () => {
+  test('a store that does not declare notify is refused with its own reason; one that does waits, whatever its noSubscribe says', async () => {
+    const mute = Object.assign(new MemoryStore(), { capabilities: { completion: true, operator: true } as const, noSubscribe: 'this feed is off' });
+    const refusal = waitRefusal(mute);
+    assert.match(refusal ?? '', /needs a store that can wake waiters \(subscribe\).*\(this feed is off\)/);
+    assert.throws(
+      () => new IdempotencyEngine({ store: mute, inProgress: { wait: 1000 } }),
+      (error: Error) => error instanceof InvalidOptionError && error.message === refusal,
+    );
+    // MySQL and MariaDB cannot notify, and MySqlStore declares notify all the same: it polls.
     const mysql = await import('mysql2/promise');
     const { MySqlStore } = await import('../src/mysql/index.js');
     const pool = mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }); // lazy: nothing connects here
     try {
-      const my = new MySqlStore({ client: pool });
-      const refusal = waitRefusal(my);
-      assert.match(refusal ?? '', /needs a store that can wake waiters \(subscribe\).*\(MySQL and MariaDB have no LISTEN\/NOTIFY/);
-      assert.throws(
-        () => new IdempotencyEngine({ store: my, inProgress: { wait: 1000 } }),
-        (error: Error) => error instanceof InvalidOptionError && error.message === refusal,
-      );
+      assert.equal(waitRefusal(new MySqlStore({ client: pool })), undefined);
     } finally {
       await pool.end();
     }
@@ -391,7 +407,7 @@ describe('which stores can serve wait mode: decided in one place, waitRefusal (p
     assert.equal(waitRefusal(stale), undefined);
     assert.equal(new IdempotencyEngine({ store: stale, inProgress: { wait: 1000 } }).waitMs, 1000);
     // A caller's own wait (BeginInput.waitMs, a queue consumer's) on a store that cannot wait: the 409 at once.
-    const plain = Object.assign(new MemoryStore(), { subscribe: undefined });
+    const plain = Object.assign(new MemoryStore(), { capabilities: {} });
     assert.match(waitRefusal(plain) ?? '', /notify: true/);
     const eng = new IdempotencyEngine({ store: plain, leaseMs: 30_000 });
     assert.equal((await eng.begin({ scope: 's', key: 'k', fingerprint: fp('a') })).kind, 'execute');

@@ -270,7 +270,7 @@ describe('wait mode options (protocol.md K17)', () => {
     assert.throws(() => new IdempotencyEngine({ store, inProgress: { wait: 1000 } }), InvalidOptionError);
   });
   test('a wait longer than the lease is refused', () => {
-    const waking = { claim: async () => undefined, subscribe: async () => undefined } as never;
+    const waking = { claim: async () => undefined, subscribe: async () => undefined, capabilities: { notify: true } } as never;
     assert.throws(() => new IdempotencyEngine({ store: waking, leaseMs: 5000, inProgress: { wait: 5001 } }), InvalidOptionError);
     assert.doesNotThrow(() => new IdempotencyEngine({ store: waking, leaseMs: 5000, inProgress: { wait: 5000 } }));
   });

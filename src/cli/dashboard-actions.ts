@@ -6,7 +6,7 @@
  */
 import type { IdempotencyTelemetry } from '../engine/telemetry.js';
 import { forgetKey, type OperatorOptions, type OperatorRefusal, releaseKey } from '../operator/index.js';
-import type { PostgresStore } from '../postgres/index.js';
+import type { CliStore } from './store.js';
 
 /** The actions the dashboard offers, by their path `/api/<action>`. */
 export const DASHBOARD_ACTIONS = ['release', 'forget'] as const;
@@ -36,7 +36,7 @@ const REFUSAL_STATUS: Record<OperatorRefusal, number> = {
  */
 export async function operatorAction(
   action: DashboardAction,
-  store: PostgresStore,
+  store: CliStore,
   text: string,
   retentionMs: number,
   telemetry?: IdempotencyTelemetry,

@@ -1,7 +1,8 @@
 /**
  * `idem dashboard`: a page over the key table, served by node:http on loopback (docs/dashboard.md).
  * The page (`dashboard-page.ts`) fetches `/api/overview` and `/api/inspect`; both answer JSON from
- * `PostgresStore.dashboard` and `dashboardInspect` (no bodies, no credentials, no phase results).
+ * the store's `dashboard` and `dashboardInspect` (`PostgresStore`,
+ * `MySqlStore`: no bodies, no credentials, no phase results).
  *
  * Guards (`dashboard-guard.ts`): every request must name the dashboard in its `Host` (else 421,
  * so a DNS-rebinding page reads nothing); every response carries a strict CSP. Reads need
@@ -12,14 +13,15 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { IdempotencyTelemetry } from '../engine/telemetry.js';
-import type { PostgresStore } from '../postgres/index.js';
+import type { CliStore } from './store.js';
 import { DASHBOARD_ACTIONS, type DashboardAction, operatorAction } from './dashboard-actions.js';
 import { bracket, contentSecurityPolicy, HostAllowList, hasToken, LOOPBACK, originRefusal, securityHeaders, WILDCARD } from './dashboard-guard.js';
 import { DASHBOARD_PAGE, DASHBOARD_SCRIPT, DASHBOARD_STYLE } from './dashboard-page.js';
 
 /** Options of {@link startDashboard}. */
 export interface DashboardOptions {
-  store: PostgresStore;
+  /** A store with the operator capability and the dashboard's reads (`PostgresStore`, `MySqlStore`). */
+  store: CliStore;
   /** @default '127.0.0.1' */
   host?: string;
   /** 0: any free port. @default 7117 */

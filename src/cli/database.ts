@@ -7,6 +7,7 @@
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { MySqlPoolLike } from '../mysql/client.js';
 import type { SqlClient } from '../postgres/client.js';
 
 /** The default PGlite data directory, shared with the example payments server. */
@@ -17,6 +18,8 @@ export interface CliDatabase {
   client: SqlClient;
   /** `mysql` for a MySQL or MariaDB server (`mysql://`, `mariadb://`), else `postgres`. */
   kind: 'postgres' | 'mysql';
+  /** `kind` `mysql`: the mysql2 promise pool, as `MySqlStore` takes it. */
+  mysql?: MySqlPoolLike;
   /** Where the data lives, for messages: the URL without its password, or the data directory. */
   location: string;
   close(): Promise<void>;
@@ -85,7 +88,7 @@ async function openMySql(url: URL): Promise<CliDatabase> {
   const uri = new URL(url);
   uri.protocol = 'mysql:';
   const pool = mysql.createPool({ uri: uri.toString(), connectionLimit: 4, connectTimeout: 10_000 });
-  return checked(url, pool, { client: pool as unknown as SqlClient, kind: 'mysql' });
+  return checked(url, pool, { client: pool as unknown as SqlClient, kind: 'mysql', mysql: pool });
 }
 
 /**
@@ -95,7 +98,7 @@ async function openMySql(url: URL): Promise<CliDatabase> {
 async function checked(
   url: URL,
   pool: { query(sql: string): Promise<unknown>; end(): Promise<void> },
-  db: Pick<CliDatabase, 'client' | 'kind'>,
+  db: Pick<CliDatabase, 'client' | 'kind' | 'mysql'>,
 ): Promise<CliDatabase> {
   url.password = '';
   const location = url.toString();

@@ -9,7 +9,7 @@ import { userInfo } from 'node:os';
 import { type Command, Option } from 'commander';
 import type { IdempotencyTelemetry } from '../engine/telemetry.js';
 import { forgetKey, type OperatorOptions, releaseKey } from '../operator/index.js';
-import { CliError, isMySqlUrl } from './database.js';
+import { CliError } from './database.js';
 import { type CliIo, type ConnectionOptions, positiveInteger, retentionOption, withConnection, withStore } from './options.js';
 
 interface OperatorCliOptions extends ConnectionOptions {
@@ -41,12 +41,6 @@ function operatorCommand(program: Command, action: 'release' | 'forget', io: Cli
     .addOption(new Option('--by <name>', 'who acts, recorded on the row').default(defaultUser()))
     .option('--reason <text>', 'why (a ticket, a sentence), recorded on the row')
     .action(async (scope: string, key: string, options: OperatorCliOptions) => {
-      // Refused before connecting: nothing is read or written.
-      if (isMySqlUrl(options.databaseUrl)) {
-        throw new CliError(
-          `idem ${action} is not available on MySQL: MySqlStore has no operator writes (protocol.md K40-K42 run on PostgreSQL, PGlite, Redis and memory); nothing changed`,
-        );
-      }
       await withStore(options, async (store) => {
         const settings: OperatorOptions = { retentionMs: options.retention, force: options.force === true };
         if (options.token !== undefined) settings.token = options.token;

@@ -7,8 +7,8 @@ import ms from 'ms';
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { PostgresStore } from '../postgres/index.js';
 import { statements } from '../postgres/sql.js';
-import type { MySqlPoolLike } from '../mysql/client.js';
 import { CliError, type CliDatabase, DEFAULT_DATA_DIR, describeError, openDatabase } from './database.js';
+import type { CliStore } from './store.js';
 
 /** Options every command takes. */
 export interface ConnectionOptions {
@@ -81,7 +81,7 @@ export function retentionOption(): Option {
  */
 export async function withStore<T>(
   options: ConnectionOptions,
-  run: (store: PostgresStore, db: CliDatabase) => Promise<T>,
+  run: (store: CliStore, db: CliDatabase) => Promise<T>,
   opts: { mustExist?: boolean; daysAhead?: number } = { mustExist: true },
 ): Promise<T> {
   try {
@@ -116,19 +116,20 @@ export async function withStore<T>(
 }
 
 /**
- * The MySQL store of a `mysql://` URL. It has the operator methods the commands call, with the
- * same result types (`migrate`, `sweepPlan`, `sweepReport`, `inspect`, `stats`) and no
- * partitioned or Citus mode, so the commands run on it as on a plain PostgreSQL table.
+ * The MySQL store of a `mysql://` URL: a {@link CliStore} like `PostgresStore` (it declares the
+ * operator and maintenance capabilities), with no partitioned or Citus mode, so the commands run
+ * on it as on a plain PostgreSQL table.
  * @throws {CliError} for `--partitioned`, `--distribute`, or a table that does not exist when it must
  */
-async function mysqlStore(options: ConnectionOptions, db: CliDatabase, mustExist: boolean): Promise<PostgresStore> {
+async function mysqlStore(options: ConnectionOptions, db: CliDatabase, mustExist: boolean): Promise<CliStore> {
   if (options.partitioned || options.distribute) throw new CliError('--partitioned and --distribute are PostgreSQL modes; MySQL tables are plain');
   const { MySqlStore } = await import('../mysql/index.js');
-  const store = new MySqlStore({ client: db.client as unknown as MySqlPoolLike, table: options.table });
+  if (!db.mysql) throw new CliError(`${db.location} is not a MySQL server`);
+  const store: CliStore = new MySqlStore({ client: db.mysql, table: options.table });
   if (mustExist && (await store.tableMode()) === undefined) {
     throw new CliError(`table ${options.table} does not exist in ${db.location}: run \`idem migrate\` first`);
   }
-  return store as unknown as PostgresStore;
+  return store;
 }
 
 export const iso = (d: Date | null | undefined) => (d ? d.toISOString() : '-');

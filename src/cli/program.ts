@@ -15,7 +15,7 @@ import type { SqlClient } from '../postgres/client.js';
 /** What `idem complete --app <module>` calls: the app's completer on the CLI's connection. */
 // biome-ignore lint/suspicious/noExplicitAny: the app picks its transaction type, which the CLI never touches
 export type CreateCompleter = (context: { client: SqlClient; table: string }) => Completer<any> | Promise<Completer<any>>;
-import { CliError, describeError, isMySqlUrl } from './database.js';
+import { CliError, describeError } from './database.js';
 import { type CliIo, type ConnectionOptions, count, defaultIo, duration, iso, positiveInteger, retentionOption, withConnection, withStore } from './options.js';
 export type { CliIo } from './options.js';
 import { type Dashboard, startDashboard } from './dashboard.js';
@@ -45,7 +45,8 @@ export function buildProgram(io: CliIo = defaultIo): Command {
         options,
         async (store, db) => {
           const result = await store.migrate();
-          const distributed = options.distribute ? await store.distribute() : undefined;
+          if (options.distribute && !store.distribute) throw new CliError('--distribute: Citus mode is PostgreSQL only');
+          const distributed = options.distribute ? await store.distribute?.() : undefined;
           const mode = store.partitioning ? 'partitioned' : store.distributed ? 'distributed' : 'plain';
           if (options.json) {
             return io.out(
@@ -234,7 +235,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
       await withStore(
         { ...options, partitioned: false },
         async (store) => {
-          if (!store.partitioning) throw new CliError(`table ${store.table} is not partitioned (create it with idem migrate --partitioned)`);
+          if (!store.partitioning || !store.maintain) throw new CliError(`table ${store.table} is not partitioned (create it with idem migrate --partitioned)`);
           const created = await store.maintain();
           const stats = await store.stats();
           if (options.json) return io.out(JSON.stringify({ created, partitions: stats.partitions }));
@@ -269,12 +270,6 @@ export function buildProgram(io: CliIo = defaultIo): Command {
     )
     .addOption(retentionOption())
     .action(async (options: ConnectionOptions & { port: number; host: string; token?: string; allowedHost: string[]; retention: number }) => {
-      // Refused before connecting or listening: the overview is PostgreSQL's (PostgresStore.dashboard) and the actions are operator writes.
-      if (isMySqlUrl(options.databaseUrl)) {
-        throw new CliError(
-          'idem dashboard is not available on MySQL: MySqlStore has no dashboard overview and no operator writes (protocol.md K40-K42); use idem stats and idem inspect',
-        );
-      }
       await withStore(options, async (store) => {
         let dashboard: Dashboard;
         try {

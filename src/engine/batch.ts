@@ -4,6 +4,7 @@
  * replay cache every single key gets. Keys that exist are decided as a claim decides them (K3).
  */
 import { decide } from '../core/decide.js';
+import { hasBatch } from '../store/capabilities.js';
 import type { BatchingStore, IdempotencyStore, KeyRecord, StoredResponse } from '../store/types.js';
 import { type IdempotencyEvent, notify } from './execution.js';
 import type { ReplayCache } from './replay-cache.js';
@@ -22,9 +23,9 @@ export interface BatchSettings<Tx> {
   replayCache: ReplayCache | undefined;
 }
 
-/** True when the store can batch (it declares `commitBatch`). */
+/** True when the store can batch (it declares the `batch` capability). */
 export function canBatch<Tx>(store: IdempotencyStore<Tx>): store is IdempotencyStore<Tx> & BatchingStore<Tx> {
-  return typeof (store as Partial<BatchingStore<Tx>>).commitBatch === 'function';
+  return hasBatch<IdempotencyStore<Tx>, Tx>(store);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { RECOVERY_POINT_START } from '../core/constants.js';
 import { deriveKey } from '../core/derived-key.js';
 import { ExecutionClosedError, InvalidOptionError, LeaseLostError } from '../core/errors.js';
+import { hasCompletion } from '../store/capabilities.js';
 import type { IdempotencyStore, KeyRef, PhaseResults, RequestSnapshot, StoredResponse } from '../store/types.js';
 import { checkPhaseName, checkResponse, toJson } from './execution-checks.js';
 import { type IdempotencyEvent, notify } from './execution-events.js';
@@ -15,7 +16,7 @@ export interface ExecutionSettings {
   /** The heartbeat stops extending the lease after this many ms, so a hung worker cannot hold a key forever. */
   maxExecutionMs: number;
   onEvent?: ((event: IdempotencyEvent) => void) | undefined;
-  /** This execution's takeover: the attempts failed so far, as the store counted them (protocol.md K23); undefined for a claim or a store that does not count. */
+  /** This execution's takeover: the attempts failed so far, as the store counted them (protocol.md K23); undefined for a claim. */
   failedAttempts?: number | undefined;
   /** When the key's retention ends, where the engine knows it ({@link Execution.retentionEndsAt}). */
   retentionEndsAt?: Date | undefined;
@@ -47,7 +48,7 @@ export class Execution<Tx = unknown> {
   readonly resumedFrom: string;
   /** Identifies this claim of the key (stable across takeovers); part of every derived key. */
   readonly claimId: string;
-  /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim or when the store does not count. */
+  /** After a takeover: the key's failed attempts as the store counts them, thrown ({@link countFailure}) and crashed (the takeover, protocol.md K23); `undefined` after a claim. */
   readonly failedAttempts: number | undefined;
   /** The response {@link finish} stored, once it has. */
   stored: StoredResponse | undefined;
@@ -288,20 +289,18 @@ export class Execution<Tx = unknown> {
    */
   async saveRequest(request: RequestSnapshot): Promise<boolean> {
     this.ensureOpen();
-    if (typeof this.store.saveRequest !== 'function') throw new InvalidOptionError('idem: this store keeps no request snapshots (saveRequest)');
+    if (!hasCompletion(this.store)) throw new InvalidOptionError('idem: this store keeps no request snapshots (it does not declare completion)');
     return (await this.store.saveRequest(this.ref, request)).kind === 'ok';
   }
 
   /**
    * Counts a failed attempt on this key (fenced; the lease is kept), for `maxAttempts`.
    *
-   * @returns the attempts failed so far over the key's life, or `undefined` when the store
-   *   does not count (no `countFailure`)
+   * @returns the attempts failed so far over the key's life (every store counts, protocol.md K23)
    * @throws {LeaseLostError} another worker took over
    */
-  async countFailure(): Promise<number | undefined> {
+  async countFailure(): Promise<number> {
     this.ensureOpen();
-    if (typeof this.store.countFailure !== 'function') return undefined;
     const outcome = await this.store.countFailure(this.ref);
     if (outcome.kind === 'fenced') throw this.lost();
     return outcome.value;

@@ -14,6 +14,7 @@
 import { RECOVERY_POINT_START } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
 import type { Execution } from '../engine/execution.js';
+import { hasCompletion } from '../store/capabilities.js';
 import type { AbandonedKey } from '../store/types.js';
 import type { IdempotencyContext } from './context.js';
 import type { HttpIdempotency } from './idempotency.js';
@@ -90,8 +91,8 @@ export class Completer<Tx = unknown> {
     this.batchSize = options.batchSize ?? 100;
     this.concurrency = options.concurrency ?? 4;
     const store = this.http.engine.store;
-    if (typeof store.listAbandoned !== 'function' || typeof store.saveRequest !== 'function') {
-      throw new InvalidOptionError('idem: the completer needs a store with listAbandoned and saveRequest (e.g. PostgresStore)');
+    if (!hasCompletion(store)) {
+      throw new InvalidOptionError('idem: the completer needs a store that declares completion (saveRequest, listAbandoned), e.g. PostgresStore');
     }
     if (!(this.graceMs >= 0) || !(this.batchSize >= 1) || !(this.concurrency >= 1)) {
       throw new InvalidOptionError('idem: completer graceMs must be >= 0, batchSize and concurrency >= 1');

@@ -5,6 +5,7 @@ import { parseIdempotencyKey, validateKey } from '../core/key.js';
 import { FINGERPRINT_MEMO_SIZE, FingerprintMemo } from './fingerprint-memo.js';
 import { type BeginResult, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
+import { hasCompletion } from '../store/capabilities.js';
 import type { StoredResponse } from '../store/types.js';
 import { readBodyWithin } from './body.js';
 import { IdempotencyContext } from './context.js';
@@ -163,8 +164,8 @@ export class HttpIdempotency<Tx = unknown> {
     if (options.retryAfterS !== undefined && !(Number.isInteger(options.retryAfterS) && options.retryAfterS >= 1)) {
       throw new InvalidOptionError('idem: retryAfterS must be a whole number of seconds >= 1');
     }
-    if (options.storeRequests && typeof this.engine.store.saveRequest !== 'function') {
-      throw new InvalidOptionError('idem: storeRequests needs a store with saveRequest (e.g. PostgresStore)');
+    if (options.storeRequests && !hasCompletion(this.engine.store)) {
+      throw new InvalidOptionError('idem: storeRequests needs a store that declares completion (saveRequest), e.g. PostgresStore');
     }
     if (![undefined, 400, 409, 422].includes(options.mismatchStatus)) {
       throw new InvalidOptionError('idem: mismatchStatus must be 400, 409 or 422');

@@ -12,6 +12,8 @@ import { randomUUID } from 'node:crypto';
 import { KeyState, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START, DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
 import { IN_PROCESS, KeyChangeHub, keyId } from '../store/key-changes.js';
+import { asJson, copyBytes, copyRequest, copyResponse, defaultClock, type Entry, idOf, sameBytes } from './entry.js';
+import type { MemorySweepOptions, MemoryStoreOptions, MemoryTx } from './options.js';
 import type {
   AbandonedKey,
   ClaimInput,
@@ -25,88 +27,11 @@ import type {
   OperatorWrite,
   PhaseResults,
   RequestSnapshot,
-  StoredResponse,
+  StoreCapabilities,
   TakeOverResult,
 } from '../store/types.js';
 
-/**
- * The transaction handle a {@link MemoryStore} passes to a commit's effects. The memory store
- * buffers nothing: effects run at once, against whatever they touch. What it cannot do by
- * itself is undo them, so an effect that must vanish when its commit does not happen
- * registers its undo here.
- *
- * Why an undo hook rather than "no rollback": the contract every store passes says a fenced
- * commit (a stale token: another worker took the key over) or a commit whose effects or
- * record throw leaves no trace of its effects. A real store gets that from its database
- * transaction; an in-process store can only get it from the effect itself. With the hook the
- * memory store keeps the same contract (the test suite checks it, the same as on PostgreSQL)
- * for effects written to roll back, e.g. a push onto an array that registers the matching
- * splice. Effects that register nothing (a call to another system, a log line) stay done.
- */
-export interface MemoryTx {
-  /**
-   * Registers `undo`, run if this commit does not take effect: the token was stale (the
-   * result is `fenced`), or the effects or the record threw. Undos run last registered
-   * first; an undo that throws does not stop the others (its error is dropped).
-   */
-  onRollback(undo: () => void | Promise<void>): void;
-}
-
-/** Options of {@link MemoryStore}. */
-export interface MemoryStoreOptions {
-  /**
-   * The clock, in epoch milliseconds, used for every lease and retention comparison and for
-   * `createdAt`. Tests pass their own to move time without waiting.
-   * @default `performance.timeOrigin + performance.now()`: the process's monotonic clock,
-   *   anchored at its start, so a wall-clock step never ends a live lease early.
-   */
-  clock?: () => number;
-}
-
-/** A sweep of a {@link MemoryStore}. */
-export interface MemorySweepOptions {
-  /** Keys created at or before `clock() - retentionMs` whose lease is not valid are deleted. @default 24 h */
-  retentionMs?: number;
-  /** Accepted for parity with `PostgresStore.sweep` (a memory sweep is one pass). Integer >= 1. @default 1000 */
-  batchSize?: number;
-}
-
-/**
- * One key as the memory store holds it; `lockedUntil` is epoch ms (a release sets it to now: the
- * lease is over, and the completer's grace counts from then), `null` when finished.
- */
-interface Entry {
-  scope: string;
-  key: string;
-  fingerprint: Uint8Array;
-  state: KeyState;
-  recoveryPoint: string;
-  phaseResults: PhaseResults;
-  token: number;
-  claimId: string;
-  lockedUntil: number | null;
-  createdAt: number;
-  finishedAt: number | null;
-  response?: StoredResponse;
-  request?: RequestSnapshot;
-  /** Attempts counted as failed: takeovers of a lease that ran out unreleased (protocol.md K23). */
-  failedAttempts?: number;
-  /** True from a release to the next takeover: that takeover is not a crash (protocol.md K23). */
-  released?: boolean;
-  /** The last operator action's note (protocol.md K40). */
-  operatorNote?: string;
-}
-
-const defaultClock = (): number => performance.timeOrigin + performance.now();
-const copyBytes = (bytes: Uint8Array): Uint8Array => new Uint8Array(bytes);
-const copyResponse = (r: StoredResponse): StoredResponse => ({
-  status: r.status,
-  headers: r.headers.map(([name, value]) => [name, value] as [string, string]),
-  body: copyBytes(r.body),
-});
-const copyRequest = (r: RequestSnapshot): RequestSnapshot => ({ ...r, body: r.body ? copyBytes(r.body) : null });
-/** Phase results are JSON, as a database store keeps them: a result is stored as its JSON form. */
-const asJson = (value: unknown): unknown => JSON.parse(JSON.stringify(value ?? null)) as unknown;
+export type { MemoryStoreOptions, MemorySweepOptions, MemoryTx } from './options.js';
 
 /**
  * The in-memory store. Deduplicates within one process only: for unit tests and a fast test
@@ -130,6 +55,8 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
   private readonly clock: () => number;
   private lastToken = 0;
   private readonly hub = new KeyChangeHub(IN_PROCESS);
+  /** Beyond the core (protocol.md "Store capabilities"): completer, wait mode in process, operator writes; no table to migrate. */
+  readonly capabilities: StoreCapabilities = { completion: true, notify: true, operator: true };
 
   /** @throws {InvalidOptionError} when `clock` is not a function */
   constructor(options: MemoryStoreOptions = {}) {
@@ -428,12 +355,4 @@ export class MemoryStore implements IdempotencyStore<MemoryTx> {
     if (retentionMs !== undefined && this.clock === defaultClock) record.retentionRemainingMs = entry.createdAt + retentionMs - now;
     return record;
   }
-}
-
-function idOf(scope: string, key: string): string {
-  return JSON.stringify([scope, key]);
-}
-
-function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
-  return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }

@@ -17,7 +17,7 @@ export class MySqlExecutor<C extends MySqlConnectionLike> {
   constructor(
     private readonly pool: MySqlPoolLike<C>,
     /** ms; 0: none. */
-    private readonly timeoutMs: number,
+    readonly timeoutMs: number,
   ) {}
 
   /** A connection of the pool, under the deadline; one that arrives late goes straight back. */

@@ -50,6 +50,7 @@ const COLUMNS: RecordColumns<MySqlRow> = {
   claimId: (row) => String(row.claim_id),
   leaseExpired: (row) => truthy(row.lease_expired),
   leaseRemainingMs: (row) => num(row.lease_remaining_ms),
+  operatorNote: (row) => (row.operator_note === null || row.operator_note === undefined ? undefined : text(row.operator_note)),
   createdAt: (row) => new Date(Number(row.created_ms)),
   retentionRemainingMs: (row) =>
     row.retention_remaining_ms === null || row.retention_remaining_ms === undefined ? undefined : Number(row.retention_remaining_ms),

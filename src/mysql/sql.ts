@@ -24,6 +24,9 @@
  * Placeholders are `?`, bound in order; each statement lists its values.
  */
 
+import { earlier, epochMs, LEASE_OVER, later, NOW } from './sql-clock.js';
+import { operatorStatements } from './sql-operator.js';
+
 /** Quotes a table name after checking it is a plain (optionally database-qualified) identifier. */
 export function quoteTable(name: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,56}(\.[A-Za-z_][A-Za-z0-9_]{0,63})?$/.test(name) || name.split('.').pop()!.length > 57) {
@@ -37,16 +40,8 @@ export function quoteTable(name: string): string {
     .join('.');
 }
 
-/** The server's clock, UTC with microseconds, fixed within one statement. */
-const NOW = 'UTC_TIMESTAMP(6)';
-/** Lease end or start of retention: now plus or minus `?` microseconds. */
-const later = `${NOW} + INTERVAL ? MICROSECOND`;
-const earlier = `${NOW} - INTERVAL ? MICROSECOND`;
-/** A DATETIME(6) column as epoch milliseconds (an integer). */
-const epochMs = (column: string) => `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ${column}) DIV 1000`;
 /** Every write after the claim: the row, held by this token, still started (protocol.md K8). */
 const FENCE = "scope = ? AND `key` = ? AND lock_version = ? AND state = 'started'";
-const LEASE_OVER = `(locked_until IS NULL OR locked_until <= ${NOW})`;
 
 /**
  * The columns of a key as a record reads them, lease and retention judged by the server's clock.
@@ -55,7 +50,7 @@ const LEASE_OVER = `(locked_until IS NULL OR locked_until <= ${NOW})`;
 const ROW = `state, fingerprint, recovery_point, phase_results, lock_version, claim_id,
   ${LEASE_OVER} AS lease_expired,
   GREATEST(0, TIMESTAMPDIFF(MICROSECOND, ${NOW}, locked_until)) DIV 1000 AS lease_remaining_ms,
-  response_status, response_headers, response_body, response_body_ref, response_key_id,
+  response_status, response_headers, response_body, response_body_ref, response_key_id, operator_note,
   ${epochMs('created_at')} AS created_ms,
   created_at <= ${earlier} AS retention_expired,
   (TIMESTAMPDIFF(MICROSECOND, ${NOW}, created_at) + ?) DIV 1000 AS retention_remaining_ms`;
@@ -109,6 +104,7 @@ export function mysqlStatements(table: string) {
         finished_at       DATETIME(6)     NULL,
         failed_attempts   INT             NOT NULL DEFAULT 0,
         released          TINYINT         NOT NULL DEFAULT 0,
+        operator_note     LONGTEXT        NULL,
         PRIMARY KEY (scope, \`key\`),
         KEY \`${bare}_created_idx\` (created_at),
         KEY \`${bare}_started_idx\` (state, locked_until)
@@ -196,7 +192,7 @@ export function mysqlStatements(table: string) {
     replaceExpired: `UPDATE ${t} SET fingerprint = ?, state = 'started', recovery_point = 'start', phase_results = '{}',
         locked_until = ${later}, lock_version = ?, claim_id = ?, response_status = NULL, response_headers = NULL,
         response_body = NULL, response_body_ref = NULL, response_key_id = NULL, request = NULL,
-        created_at = ${NOW}, finished_at = NULL, failed_attempts = 0, released = 0
+        created_at = ${NOW}, finished_at = NULL, failed_attempts = 0, released = 0, operator_note = NULL
       WHERE scope = ? AND \`key\` = ? AND lock_version = ? AND created_at <= ${earlier} AND ${LEASE_OVER}`,
 
     // ---- writes after the claim, fenced by the token (protocol.md K8, Q3-Q5) -------------------
@@ -325,7 +321,7 @@ export function mysqlStatements(table: string) {
         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, ${NOW}, locked_until)) DIV 1000 AS lease_remaining_ms,
         response_status, response_headers, OCTET_LENGTH(response_body) AS response_bytes, response_body_ref, response_key_id,
         ${epochMs('created_at')} AS created_ms, ${epochMs('finished_at')} AS finished_ms,
-        created_at <= ${earlier} AS retention_expired
+        created_at <= ${earlier} AS retention_expired, operator_note
       FROM ${t} WHERE scope = ? AND \`key\` = ?`,
 
     /** Table health in one scan. Values: retention µs, retention µs. */
@@ -335,6 +331,8 @@ export function mysqlStatements(table: string) {
         COALESCE(SUM(state = 'started' AND ${LEASE_OVER} AND created_at > ${earlier}), 0) AS abandoned,
         COALESCE(SUM(locked_until > ${NOW}), 0) AS live_leases
       FROM ${t}`,
+
+    ...operatorStatements(t),
 
     /** Drops, for tests and tools that made the table. */
     drop: [`DROP TABLE IF EXISTS ${blobs}`, `DROP TABLE IF EXISTS ${t}`, `DROP TABLE IF EXISTS ${tokens}`],

@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
-import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../core/cipher.js';
-import { DEFAULT_RETENTION_MS, KeyState } from '../core/constants.js';
+import { aesGcmCipher, type ResponseCipher } from '../core/cipher.js';
+import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
+import type { DashboardData, DashboardInspection } from '../postgres/dashboard.js';
+import type { KeyInspection, StoreStats } from '../postgres/inspect.js';
 import { DEFAULT_INLINE_MAX_BYTES } from '../postgres/options.js';
 import { storedForm } from '../postgres/responses.js';
-import type { KeyInspection, StoreStats } from '../postgres/inspect.js';
-import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../postgres/sweep.js';
+import type { SweepOptions, SweepPlan, SweepReport } from '../postgres/sweep.js';
 import { DEFAULT_STORE_TIMEOUT_MS, StoreTimeoutError } from '../store/deadline.js';
+import { KeyChangeHub } from '../store/key-changes.js';
 import { decodeSnapshot, encodeSnapshot } from '../store/records.js';
 import type {
   AbandonedKey,
@@ -15,49 +17,26 @@ import type {
   CommitRecord,
   Fenced,
   IdempotencyStore,
+  KeyChanges,
   KeyRecord,
   KeyRef,
+  OperatorWrite,
   RequestSnapshot,
+  StoreCapabilities,
   TakeOverResult,
 } from '../store/types.js';
-import { isMySqlDriver, type MySqlConnectionLike, type MySqlDriver, type MySqlPoolLike, type MySqlResultHeader, type MySqlRow, rowsMatched } from './client.js';
+import { isMySqlDriver, type MySqlConnectionLike, type MySqlDriver, type MySqlPoolLike, type MySqlResultHeader, rowsMatched } from './client.js';
+import { b, drawToken, MAX_ID_BYTES, type MySqlContext, us } from './context.js';
+import { dashboard, dashboardInspect } from './dashboard.js';
 import { MySqlExecutor } from './executor.js';
-import { leaseExpired, phaseResults, readRecord, retentionExpired, text } from './rows.js';
+import { migrate, sweepPlan, sweepReport, tableMode } from './maintenance.js';
+import { inspect, operate, stats } from './operator.js';
+import type { MySqlStoreOptions } from './options.js';
+import { leaseExpired, phaseResults, readRecord, type ResponseReader, retentionExpired, text } from './rows.js';
 import { type MySqlStatements, mysqlStatements } from './sql.js';
+import { DEFAULT_POLL, PollingFeed, type PollSettings } from './wait.js';
 
-/**
- * Options of {@link MySqlStore}.
- * @typeParam Tx what a phase's effects receive: the pool's connection, or the driver's transaction
- */
-export interface MySqlStoreOptions<Tx = MySqlConnectionLike> {
-  /**
-   * A mysql2 promise pool (`mysql.createPool(…)` from `mysql2/promise`): a phase's `tx` is its
-   * `PoolConnection`. Or a client over one, whose transaction a phase gets: `drizzleMySql(db)`.
-   */
-  client: MySqlPoolLike<Tx & MySqlConnectionLike> | MySqlDriver<Tx>;
-  /**
-   * Table name, optionally database-qualified; `<table>_blobs` and `<table>_tokens` go beside it.
-   * @default 'idempotency_keys'
-   */
-  table?: string;
-  /**
-   * Response bodies longer than this many bytes (before encryption) are stored out of line in
-   * `<table>_blobs`, written in the finish's transaction; `Infinity` keeps every body inline.
-   * Keep the largest body under the server's `max_allowed_packet`.
-   * @default 65_536
-   */
-  inlineMaxBytes?: number;
-  /** Encryption at rest of stored responses (protocol.md K15), as `PostgresStore`'s. */
-  encryption?: EncryptionOptions | ResponseCipher;
-  /**
-   * Deadline in ms of each statement idem issues for a request, the wait for a pool connection
-   * included (protocol.md H17); past it the connection is destroyed, never reused, and the
-   * request gets 503. Migrations, sweeps and operator reads have none. `0`: no deadline.
-   * Give the pool a `connectTimeout` as well.
-   * @default 5000
-   */
-  storeTimeoutMs?: number;
-}
+export type { MySqlStoreOptions } from './options.js';
 
 /** Connections a driver checked out (Drizzle's transaction): idem never destroys them. */
 const BORROWED = new WeakSet<object>();
@@ -65,12 +44,6 @@ const borrowed = (conn: MySqlConnectionLike): MySqlConnectionLike => (BORROWED.a
 
 /** Sentinel thrown inside a transaction to roll it back when a fenced write matched no row. */
 const FENCED = Symbol('idem.mysql.fenced');
-/** Microseconds of `ms`, as the statements' intervals take them. */
-const us = (ms: number): number => Math.round(ms * 1000);
-/** Scopes and keys are bound as their UTF-8 bytes, whatever the connection's character set. */
-const b = (value: string): Buffer => Buffer.from(value, 'utf8');
-/** VARBINARY(1020) of the key table. */
-const MAX_ID_BYTES = 1020;
 
 /**
  * The MySQL and MariaDB store: one row per (scope, key) in `idempotency_keys`, the same protocol
@@ -94,16 +67,20 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
   /** No distributed mode on MySQL. */
   readonly distributed = undefined;
   /**
-   * Wait mode (protocol.md K17) is refused: MySQL and MariaDB have no LISTEN/NOTIFY, and idem
-   * does not poll the table for a key's change. A duplicate in progress gets the 409.
+   * Beyond the core (protocol.md "Store capabilities"): completer, wait mode by polling (MySQL
+   * and MariaDB cannot notify: see {@link MySqlStoreOptions.waitPoll}), operator writes and
+   * reads, migrations and sweeps. No batches.
    */
-  readonly noSubscribe = 'MySQL and MariaDB have no LISTEN/NOTIFY to wake a waiting duplicate, and idem does not poll the table';
+  readonly capabilities: StoreCapabilities = { completion: true, notify: true, operator: true, maintenance: true };
   private readonly sql: MySqlStatements;
   private readonly db: MySqlExecutor<MySqlConnectionLike>;
   private readonly driver: MySqlDriver<Tx> | undefined;
   private readonly inlineMaxBytes: number;
   private readonly cipher: ResponseCipher | undefined;
-  private readonly reader;
+  private readonly reader: ResponseReader;
+  private readonly ctx: MySqlContext;
+  private readonly poll: PollSettings;
+  private hub: KeyChangeHub | undefined;
 
   /**
    * @throws {InvalidOptionError} for a bad table name, a negative `inlineMaxBytes` or
@@ -135,40 +112,41 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
         return row ? (row.body as Uint8Array) : undefined;
       },
     };
-  }
-
-  /**
-   * Creates the key table, `<table>_blobs` and `<table>_tokens` if missing, under a named lock
-   * so that hosts starting at once do not race. Idempotent.
-   * @returns `created` when the key table is new, else `exists`
-   */
-  async migrate(): Promise<{ table: 'created' | 'exists'; partitionsCreated: string[] }> {
-    const [database, name] = this.table.includes('.') ? this.table.split('.') : [null, this.table];
-    const conn = await this.db.checkout();
-    const lock = `idem:migrate:${this.table}`;
-    try {
-      await this.db.on(conn, this.sql.lockMigration, [lock], false);
-      try {
-        const existed = Number((await this.db.on<MySqlRow[]>(conn, this.sql.tableExists, [name, database], false))[0]!.n) > 0;
-        for (const statement of [this.sql.createTable, this.sql.createBlobs, this.sql.createTokens]) await this.db.on(conn, statement, [], false);
-        return { table: existed ? 'exists' : 'created', partitionsCreated: [] };
-      } finally {
-        await this.db.on(conn, this.sql.unlockMigration, [lock], false);
-      }
-    } finally {
-      this.db.release(conn);
+    this.ctx = { table: this.table, sql: this.sql, db: this.db, reader: this.reader };
+    this.poll = { ...DEFAULT_POLL, ...options.waitPoll };
+    if (!(this.poll.minMs > 0) || !(this.poll.maxMs >= this.poll.minMs)) {
+      throw new InvalidOptionError('idem/mysql: waitPoll needs minMs > 0 and maxMs >= minMs (ms)');
     }
   }
 
-  /** `plain` when the key table exists, undefined before {@link migrate} (MySQL tables are never partitioned). */
-  async tableMode(): Promise<'plain' | undefined> {
-    const [database, name] = this.table.includes('.') ? this.table.split('.') : [null, this.table];
-    return Number((await this.db.rows(this.sql.tableExists, [name, database], false))[0]!.n) > 0 ? 'plain' : undefined;
+  /**
+   * Wait mode (protocol.md K17) by polling: a subscription to one key's finish, release,
+   * discard and takeover, told by reading the key every poll interval (src/mysql/wait.ts;
+   * {@link MySqlStoreOptions.waitPoll}) while someone waits for it. Resolves once the first read
+   * is done; a store whose engine never waits reads nothing.
+   */
+  subscribe(scope: string, key: string): Promise<KeyChanges> {
+    if (!this.hub) {
+      const feed = new PollingFeed(this.ctx, this.poll);
+      this.hub = new KeyChangeHub(feed, this.db.timeoutMs);
+      feed.hub = this.hub;
+    }
+    return this.hub.subscribe(scope, key);
   }
 
-  /** A new fencing token (sql.ts `drawToken`). */
-  private async drawToken(): Promise<number> {
-    return Number((await this.db.write(this.sql.drawToken)).insertId);
+  /**
+   * Creates the key table, `<table>_blobs` and `<table>_tokens` if missing, and adds to a table
+   * made by an earlier version the columns it lacks, under a named lock so that hosts starting
+   * at once do not race. Idempotent.
+   * @returns `created` when the key table is new, else `exists`
+   */
+  migrate(): Promise<{ table: 'created' | 'exists'; partitionsCreated: string[] }> {
+    return migrate(this.ctx);
+  }
+
+  /** `plain` when the key table exists, undefined before {@link migrate} (MySQL tables are never partitioned). */
+  tableMode(): Promise<'plain' | undefined> {
+    return tableMode(this.ctx);
   }
 
   async claim(input: ClaimInput): Promise<ClaimResult> {
@@ -190,7 +168,7 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
       // The key as committed now: a finished key is answered by this one read (the replay).
       let row = (await this.db.rows(this.sql.read, [ret, ret, scope, key]))[0];
       if (!row) {
-        const token = await this.drawToken();
+        const token = await drawToken(this.ctx);
         const claimId = randomUUID();
         const inserted = await this.db.write(this.sql.claim, [scope, key, Buffer.from(input.fingerprint), us(input.leaseMs), token, claimId]);
         if (inserted.affectedRows === 1) return claimed(token, claimId);
@@ -200,7 +178,7 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
       }
       // Past retention the row counts as absent, unless its lease is still valid (its worker is alive).
       if (retentionExpired(row) && leaseExpired(row)) {
-        const token = await this.drawToken();
+        const token = await drawToken(this.ctx);
         const claimId = randomUUID();
         const replaced = await this.db.write(this.sql.replaceExpired, [
           Buffer.from(input.fingerprint),
@@ -225,7 +203,7 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
   }
 
   async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
-    const token = await this.drawToken();
+    const token = await drawToken(this.ctx);
     const header = await this.db.write(this.sql.takeOver, [us(leaseMs), token, b(ref.scope), b(ref.key), ref.token]);
     if (rowsMatched(header) === 0) return { kind: 'lost' };
     const row = (await this.db.rows(this.sql.takenOver, [b(ref.scope), b(ref.key), token]))[0];
@@ -372,107 +350,46 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
    * @returns the number of rows deleted
    */
   async sweep(options: SweepOptions = {}): Promise<number> {
-    return (await this.sweepReport(options)).deleted;
+    return (await sweepReport(this.ctx, options)).deleted;
   }
 
   /** {@link sweep} with its report (the same shape as `PostgresStore.sweepReport`'s). */
-  async sweepReport(options: SweepOptions = {}): Promise<SweepReport> {
-    const { retentionMs, batchSize, started, deadline } = sweepSettings(options);
-    const { cutoff, cutoffMs } = await this.cutoff(retentionMs);
-    const progress = { deleted: 0, scanned: 0, batches: 0, droppedPartitions: [] as string[] };
-    let timedOut = true;
-    while (Date.now() < deadline) {
-      const conn = await this.db.checkout();
-      let deleted: number;
-      try {
-        await this.db.on(conn, this.sql.readCommitted, [], false);
-        deleted = (await this.db.on<MySqlResultHeader>(conn, this.sql.sweepBatch, [cutoff, batchSize], false)).affectedRows;
-        this.db.release(conn);
-      } catch (error) {
-        this.db.destroy(conn);
-        throw error;
-      }
-      progress.batches++;
-      progress.deleted += deleted;
-      progress.scanned += deleted;
-      options.onProgress?.({ ...progress, droppedPartitions: [] });
-      if (deleted < batchSize) {
-        timedOut = false;
-        break;
-      }
-    }
-    await this.trimTokens(batchSize);
-    return { ...progress, cutoff: new Date(cutoffMs), timedOut, keptPartitions: [], durationMs: Date.now() - started };
-  }
-
-  /** Deletes every token row but the highest (which keeps the counter where it is). */
-  private async trimTokens(batchSize: number): Promise<void> {
-    const top = (await this.db.rows(this.sql.topToken, [], false))[0]?.top;
-    if (top === null || top === undefined) return;
-    while ((await this.db.write(this.sql.trimTokens, [top, batchSize], false)).affectedRows >= batchSize);
-  }
-
-  private async cutoff(retentionMs: number): Promise<{ cutoff: string; cutoffMs: number }> {
-    const row = (await this.db.rows(this.sql.sweepCutoff, [us(retentionMs), us(retentionMs)], false))[0]!;
-    return { cutoff: String(row.cutoff), cutoffMs: Number(row.cutoff_ms) };
+  sweepReport(options: SweepOptions = {}): Promise<SweepReport> {
+    return sweepReport(this.ctx, options);
   }
 
   /** What a sweep would delete now, without deleting (dry run). */
-  async sweepPlan(retentionMs: number = DEFAULT_RETENTION_MS): Promise<SweepPlan> {
-    const { cutoff, cutoffMs } = await this.cutoff(retentionMs);
-    const row = (await this.db.rows(this.sql.sweepPlan, [cutoff], false))[0]!;
-    return { cutoff: new Date(cutoffMs), expired: Number(row.expired), sweepable: Number(row.sweepable), expiredPartitions: [] };
+  sweepPlan(retentionMs: number = DEFAULT_RETENTION_MS): Promise<SweepPlan> {
+    return sweepPlan(this.ctx, retentionMs);
+  }
+
+  /**
+   * One operator write (protocol.md K40-K42): a release ends the lease now, or a forget makes a
+   * finished key claimable again; fenced by the token read and the state it needs, under a new
+   * token, the note recorded on the row (src/mysql/operator.ts).
+   */
+  async operate(write: OperatorWrite): Promise<Fenced<{ token: number }>> {
+    return operate(this.ctx, write);
   }
 
   /** Everything stored about one key, past retention or not (`idem inspect`); the response summarised. */
-  async inspect(scope: string, key: string, retentionMs: number = DEFAULT_RETENTION_MS): Promise<KeyInspection | undefined> {
-    const row = (await this.db.rows(this.sql.inspect, [us(retentionMs), b(scope), b(key)], false))[0];
-    if (!row) return undefined;
-    const done = row.state === KeyState.Done && row.response_status !== null;
-    let headers: Array<[string, string]> = [];
-    if (done && row.response_key_id === null) headers = JSON.parse(text(row.response_headers ?? '[]')) as Array<[string, string]>;
-    const date = (ms: unknown) => (ms === null || ms === undefined ? null : new Date(Number(ms)));
-    return {
-      scope,
-      key,
-      state: String(row.state),
-      fingerprint: String(row.fingerprint).toLowerCase(),
-      recoveryPoint: String(row.recovery_point),
-      phaseResults: phaseResults(row.phase_results),
-      token: String(row.lock_version),
-      claimId: String(row.claim_id),
-      lockedUntil: date(row.locked_until_ms),
-      leaseExpired: leaseExpired(row),
-      leaseRemainingMs: Number(row.lease_remaining_ms ?? 0),
-      // No operator actions on MySQL yet (no `operate`, protocol.md K40): never a note.
-      operatorNote: null,
-      response: done
-        ? {
-            status: Number(row.response_status),
-            headers,
-            bytes: Number(row.response_bytes ?? 0),
-            storage: row.response_body_ref === null ? 'inline' : 'out-of-line',
-            keyId: row.response_key_id === null ? null : String(row.response_key_id),
-          }
-        : null,
-      createdAt: new Date(Number(row.created_ms)),
-      finishedAt: date(row.finished_ms),
-      retentionExpired: retentionExpired(row),
-    };
+  inspect(scope: string, key: string, retentionMs: number = DEFAULT_RETENTION_MS): Promise<KeyInspection | undefined> {
+    return inspect(this.ctx, scope, key, retentionMs);
   }
 
   /** Table health (`idem stats`): rows by state, oldest, past retention unswept, abandoned, live leases. */
-  async stats(retentionMs: number = DEFAULT_RETENTION_MS): Promise<StoreStats> {
-    const row = (await this.db.rows(this.sql.stats, [us(retentionMs), us(retentionMs)], false))[0]!;
-    return {
-      total: Number(row.total),
-      started: Number(row.started),
-      done: Number(row.done),
-      oldest: row.oldest_ms === null ? null : new Date(Number(row.oldest_ms)),
-      expiredUnswept: Number(row.expired_unswept),
-      abandoned: Number(row.abandoned),
-      liveLeases: Number(row.live_leases),
-    };
+  stats(retentionMs: number = DEFAULT_RETENTION_MS): Promise<StoreStats> {
+    return stats(this.ctx, retentionMs);
+  }
+
+  /** What `idem dashboard` shows, as `PostgresStore.dashboard`: stats, the last 24 h by hour, stuck, failing, oldest and past-retention keys. */
+  dashboard(retentionMs: number = DEFAULT_RETENTION_MS, limit = 20): Promise<DashboardData> {
+    return dashboard(this.ctx, retentionMs, limit);
+  }
+
+  /** {@link inspect} for the dashboard: phase names instead of phase results. */
+  dashboardInspect(scope: string, key: string, retentionMs: number = DEFAULT_RETENTION_MS): Promise<DashboardInspection | undefined> {
+    return dashboardInspect(this.ctx, scope, key, retentionMs);
   }
 
   /** Drops the key table, `<table>_blobs` and `<table>_tokens` (tests, tools). */

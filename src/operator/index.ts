@@ -1,6 +1,7 @@
 /**
  * `idem/operator`: an operator frees one stuck key now (`releaseKey`) or makes a finished key
- * run again (`forgetKey`), on any store with `operate` (PostgreSQL, PGlite, Redis, memory).
+ * run again (`forgetKey`), on any store that declares the operator capability (PostgreSQL,
+ * PGlite, MySQL, Redis, memory).
  * The `idem release` / `idem forget` commands and the dashboard's actions call these. Each
  * answers what it did, or why it refused, in one sentence; each is fenced by the token read
  * (protocol.md K40-K42), recorded on the key's row and reported to `telemetry`.
@@ -14,6 +15,7 @@
  */
 import { DEFAULT_RETENTION_MS, KeyState } from '../core/constants.js';
 import type { IdempotencyTelemetry, OperatorEvent } from '../engine/telemetry.js';
+import { hasOperator } from '../store/capabilities.js';
 import type { IdempotencyStore, KeyRecord } from '../store/types.js';
 
 export type { OperatorEvent } from '../engine/telemetry.js';
@@ -76,7 +78,8 @@ async function decideAndWrite(
   options: OperatorOptions,
 ): Promise<OperatorOutcome> {
   const refuse = (refusal: OperatorRefusal, message: string): OperatorOutcome => ({ done: false, action, scope, key, refusal, message });
-  if (!store.operate) return refuse('unsupported', `this store has no operator actions (operate): nothing ${action === 'release' ? 'released' : 'forgotten'}`);
+  if (!hasOperator(store))
+    return refuse('unsupported', `this store does not declare the operator capability: nothing ${action === 'release' ? 'released' : 'forgotten'}`);
   const record = await store.get(scope, key, options.retentionMs ?? DEFAULT_RETENTION_MS);
   if (!record) return refuse('absent', 'no such key within retention (never claimed, discarded, forgotten and rerun, or past retention): nothing to do');
   if (options.token !== undefined && record.token !== options.token)

@@ -55,7 +55,7 @@ export type DashboardInspection = Omit<KeyInspection, 'phaseResults'> & {
 };
 
 /** The `type` member of a stored problem+json body (at most 200 characters), or null. */
-function problemType(body: unknown): string | null {
+export function problemType(body: unknown): string | null {
   if (!(body instanceof Uint8Array)) return null;
   try {
     const type = (JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body)) as { type?: unknown })?.type;

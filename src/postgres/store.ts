@@ -13,6 +13,7 @@ import type {
   KeyRef,
   OperatorWrite,
   RequestSnapshot,
+  StoreCapabilities,
   StoredResponse,
   TakeOverResult,
 } from '../store/types.js';
@@ -62,6 +63,11 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
   /** `citus` in Citus mode (option `distributed`), else undefined. */
   readonly distributed: 'citus' | undefined;
   private readonly ctx: StoreContext<Tx>;
+  /**
+   * Beyond the core (protocol.md "Store capabilities"): completer, batches, operator writes and
+   * reads, migrations and sweeps; wait mode (`notify`) when made with `notify`.
+   */
+  readonly capabilities: StoreCapabilities;
 
   /**
    * @throws {TypeError} for a client that is neither a pg.Pool, PGlite nor a {@link SqlDriver}
@@ -77,6 +83,7 @@ export class PostgresStore<Tx = Queryable> implements IdempotencyStore<Tx> {
       const { hub } = new TableFeed(this.ctx.client, this.ctx.channel, this.ctx.timeoutMs);
       this.subscribe = (scope, key) => hub.subscribe(scope, key);
     }
+    this.capabilities = { completion: true, batch: true, operator: true, maintenance: true, ...(this.subscribe && { notify: true }) };
   }
 
   /**

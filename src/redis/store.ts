@@ -24,6 +24,7 @@ import type {
   KeyRef,
   OperatorWrite,
   RequestSnapshot,
+  StoreCapabilities,
   TakeOverResult,
 } from '../store/types.js';
 import { resolveDriver, type RedisDriver } from './client.js';
@@ -53,6 +54,8 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly prefix: string;
   private readonly timeoutMs: number;
   private hub: KeyChangeHub | undefined;
+  /** Beyond the core (protocol.md "Store capabilities"): completer, wait mode, operator writes; keys expire in Redis, no sweep. */
+  readonly capabilities: StoreCapabilities = { completion: true, notify: true, operator: true };
 
   /**
    * @throws {InvalidOptionError} no usable client, a node-redis client that never reconnects

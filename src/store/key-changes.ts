@@ -6,16 +6,17 @@
  * itself reports its changes) and calls {@link KeyChangeHub.changed} when a key changed and
  * {@link KeyChangeHub.lost} when changes may have been missed (a subscriber reconnecting).
  */
+import { hasNotify } from './capabilities.js';
 import { withDeadline } from './deadline.js';
 import type { IdempotencyStore, KeyChanges } from './types.js';
 
 /**
  * Why `store` cannot serve wait mode (protocol.md K17), or `undefined` when it can: the one place
- * that decides it. A store can when it has `subscribe`; its `noSubscribe` only explains, in the
- * refusal, a store without it (and is ignored on a store that has it).
+ * that decides it. A store can when it declares `notify`; its `noSubscribe` only explains, in the
+ * refusal, a store that does not (and is ignored on a store that does).
  */
-export function waitRefusal(store: Pick<IdempotencyStore<unknown>, 'subscribe' | 'noSubscribe'>): string | undefined {
-  if (typeof store.subscribe === 'function') return undefined;
+export function waitRefusal(store: Pick<IdempotencyStore<unknown>, 'capabilities' | 'noSubscribe'>): string | undefined {
+  if (hasNotify(store)) return undefined;
   const why = store.noSubscribe ? ` (${store.noSubscribe})` : '';
   return `idem: inProgress.wait needs a store that can wake waiters (subscribe), e.g. new PostgresStore({ client, notify: true })${why}`;
 }

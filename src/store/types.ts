@@ -117,9 +117,9 @@ export interface ClaimInput {
 }
 
 /**
- * A store that can also batch (protocol.md K39), e.g. `PostgresStore`: a capability the
- * consumers look for (`typeof store.commitBatch === 'function'`), kept off
- * {@link IdempotencyStore} so that a store typed for one transaction handle still fits another.
+ * A store that can also batch (protocol.md K39), e.g. `PostgresStore`: the `batch` capability
+ * (src/store/capabilities.ts `hasBatch`), kept off {@link IdempotencyStore} so that a store
+ * typed for one transaction handle still fits another.
  */
 export interface BatchingStore<Tx = unknown> {
   /**
@@ -177,11 +177,10 @@ export type TakeOverResult =
       recoveryPoint: string;
       phaseResults: PhaseResults;
       /**
-       * Optional (`maxAttempts`, protocol.md K23): the attempts failed so far over the key's
-       * life, this takeover's own count included. A store that has it counts, in the takeover's
-       * own atomic step, the attempt whose lease ran out without a release (a crash, a kill, a
-       * hang); a released key (a thrown error, counted or excused by its worker) is not counted
-       * again. Left out by a store that does not count.
+       * `maxAttempts` (protocol.md K23): the attempts failed so far over the key's life, this
+       * takeover's own count included. The store counts, in the takeover's own atomic step, the
+       * attempt whose lease ran out without a release (a crash, a kill, a hang); a released key
+       * (a thrown error, counted or excused by its worker) is not counted again.
        */
       failedAttempts?: number;
     }
@@ -239,8 +238,7 @@ export interface IdempotencyStore<Tx = unknown> {
   /**
    * Takes over a `started` key whose lease expired, only if its token is still `expectedToken`
    * (protocol.md Q3). The new token is higher than every token handed out before for
-   * this key. A store that counts attempts counts a lease that ran out unreleased as a failed
-   * attempt in the same step (protocol.md K23, {@link TakeOverResult} `failedAttempts`).
+   * this key. A lease that ran out unreleased counts as a failed attempt in the same step (protocol.md K23, {@link TakeOverResult} `failedAttempts`).
    */
   takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult>;
 
@@ -271,23 +269,24 @@ export interface IdempotencyStore<Tx = unknown> {
   discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>>;
 
   /**
-   * Optional (`maxAttempts`). Counts a failed attempt on a key this worker holds, fenced by
-   * the token, keeping the lease; resolves to the attempts failed so far over the key's life.
+   * Counts a failed attempt on a key this worker holds (`maxAttempts`, protocol.md K23),
+   * fenced by the token, keeping the lease; resolves to the attempts failed so far over the
+   * key's life.
    */
-  countFailure?(ref: KeyRef): Promise<Fenced<number>>;
+  countFailure(ref: KeyRef): Promise<Fenced<number>>;
 
   /** Reads a key, or `undefined` when absent or past retention. */
   get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined>;
 
   /**
-   * Optional (completer). Stores the request snapshot on a key this worker holds, fenced by
+   * `completion` capability (completer). Stores the request snapshot on a key this worker holds, fenced by
    * the token, so a completer can finish the work if the client never retries. Called before
    * the work starts.
    */
   saveRequest?(ref: KeyRef, request: RequestSnapshot): Promise<Fenced>;
 
   /**
-   * Optional (completer). Lists up to `limit` keys that are `started`, within retention, and
+   * `completion` capability (completer). Lists up to `limit` keys that are `started`, within retention, and
    * whose lease ended at least `graceMs` ms ago, oldest lease first. A release ends the lease at
    * the store's now, so a released key waits `graceMs` too (the client that saw the throw retries
    * first, protocol.md K10); {@link takeOver} still takes it at once. Only a
@@ -297,7 +296,7 @@ export interface IdempotencyStore<Tx = unknown> {
   listAbandoned?(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]>;
 
   /**
-   * Optional (completer). Deletes a listed key on which nothing ran, only if it is still as
+   * `completion` capability (completer). Deletes a listed key on which nothing ran, only if it is still as
    * listed: the same token, `started` at the recovery point `start`, no request stored, lease
    * not valid. One compare-and-set, so a worker that saved its request (and may have called
    * downstream with its derived key) after the listing keeps its key.
@@ -306,7 +305,7 @@ export interface IdempotencyStore<Tx = unknown> {
   discardAbandoned?(ref: KeyRef): Promise<Fenced>;
 
   /**
-   * Optional (wait mode, protocol.md K17). Subscribes to changes of one key: every finish,
+   * `notify` capability (wait mode, protocol.md K17). Subscribes to changes of one key: every finish,
    * release, discard and takeover of it, by any process sharing the store, wakes the
    * subscription once committed. Resolves once the subscription is active, so the caller
    * subscribes first, reads the key, then waits: a change committed after the read is never
@@ -316,7 +315,7 @@ export interface IdempotencyStore<Tx = unknown> {
   subscribe?(scope: string, key: string): Promise<KeyChanges>;
 
   /**
-   * Optional (operators, protocol.md K40-K42). One {@link OperatorWrite}, atomic and fenced by
+   * `operator` capability (protocol.md K40-K42). One {@link OperatorWrite}, atomic and fenced by
    * `write.ref.token` and the state it needs (`started` for a release, `done` for a forget; a
    * release without `force` also needs the lease ended).
    * @returns `ok` with the key's new token, or `fenced` when the key is not as read: nothing changed.
@@ -324,13 +323,27 @@ export interface IdempotencyStore<Tx = unknown> {
   operate?(write: OperatorWrite): Promise<Fenced<{ token: number }>>;
 
   /**
-   * Optional: why this store has no {@link subscribe} (e.g. its database cannot notify), named
+   * Optional: why this store does not declare `notify` (e.g. its database cannot notify), named
    * in the `InvalidOptionError` an engine with `inProgress.wait` throws on it. An explanation
-   * only: whether a store can wait is whether it has `subscribe` (`waitRefusal`,
-   * src/store/key-changes.ts); on a store that has it, this is ignored.
+   * only: whether a store can wait is its declaration (`waitRefusal`, src/store/key-changes.ts);
+   * on a store that declares `notify`, this is ignored.
    */
   readonly noSubscribe?: string;
+
+  /**
+   * What this store can do beyond the core, declared (protocol.md "Store capabilities",
+   * src/store/capabilities.ts): a store that declares a capability has its methods. Absent:
+   * the core only. Read through the guards (`hasCompletion`, `hasNotify`, `hasBatch`,
+   * `hasOperator`, `hasMaintenance`), never by looking for a method.
+   */
+  readonly capabilities?: StoreCapabilities;
 }
+
+/** The name of one capability beyond the core (src/store/capabilities.ts). */
+export type StoreCapability = 'completion' | 'notify' | 'batch' | 'operator' | 'maintenance';
+
+/** What a store declares it can do beyond the core: each capability it has, `true`; one it has not is absent. */
+export type StoreCapabilities = Readonly<Partial<Record<StoreCapability, true>>>;
 
 /**
  * The transaction handle a store hands a phase's effects, e.g. `TxOf<typeof store>`: for a

@@ -19,6 +19,7 @@ import { writeSuite } from './store/writes.js';
 import { fencingSuite } from './store/fencing.js';
 import { attemptsSuite } from './store/attempts.js';
 import { operatorSuite } from './store/operator.js';
+import { capabilitiesSuite } from './store/capabilities.js';
 
 export { claimInput, claimedToken } from './store/shared.js';
 
@@ -60,4 +61,5 @@ export function storeContract(factory: StoreFactory): void {
   fencingSuite(context);
   attemptsSuite(context);
   operatorSuite(context);
+  capabilitiesSuite(context);
 }

@@ -5,6 +5,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { hasOperator } from '../../../src/store/capabilities.js';
 import type { Fenced, IdempotencyStore, OperatorWrite } from '../../../src/store/types.js';
 import { claimedToken, claimInput, type ContractContext, empty, finishWith, fp, phase } from './shared.js';
 
@@ -17,8 +18,8 @@ export function operatorSuite(ctx: ContractContext): void {
   };
 
   describe('operator release and forget (K40-K42)', () => {
-    it('release: ends an ended lease with a higher token, keeps the phases, records the note; the next takeover resumes and counts no crash', async (t) => {
-      if (!store().operate) return t.skip('no operate');
+    it('release: ends an ended lease with a higher token, keeps the phases, records the note; the next takeover resumes and counts no crash', async () => {
+      assert.ok(hasOperator(store()), 'every idem store declares the operator capability');
       const token = claimedToken(await store().claim(claimInput('rel', { leaseMs: 0 })));
       // The worker committed a phase, then its lease ran out (it hung or died).
       const taken = await store().takeOver(ref('rel', token), 60_000);
@@ -39,8 +40,8 @@ export function operatorSuite(ctx: ContractContext): void {
       assert.equal((next as { failedAttempts?: number }).failedAttempts ?? 0, 1, 'only the first takeover of the unreleased lease counted');
     });
 
-    it('release: refuses a valid lease without force; with force the holder is fenced', async (t) => {
-      if (!store().operate) return t.skip('no operate');
+    it('release: refuses a valid lease without force; with force the holder is fenced', async () => {
+      assert.ok(hasOperator(store()), 'every idem store declares the operator capability');
       const token = claimedToken(await store().claim(claimInput('live')));
       assert.deepEqual(await operate({ action: 'release', ref: ref('live', token), note: '{}' }), { kind: 'fenced' });
       assert.equal((await get('live'))?.leaseExpired, false, 'the live lease is untouched');
@@ -53,8 +54,8 @@ export function operatorSuite(ctx: ContractContext): void {
       assert.equal((await store().commit(ref('live', token), phase('late'))).kind, 'fenced', 'the holder is fenced');
     });
 
-    it('release: refuses a finished key and a stale token', async (t) => {
-      if (!store().operate) return t.skip('no operate');
+    it('release: refuses a finished key and a stale token', async () => {
+      assert.ok(hasOperator(store()), 'every idem store declares the operator capability');
       const token = claimedToken(await store().claim(claimInput('fin')));
       await store().commit(ref('fin', token), finishWith(empty(201)));
       assert.deepEqual(await operate({ action: 'release', ref: ref('fin', token), force: true, note: '{}' }), { kind: 'fenced' });
@@ -65,7 +66,7 @@ export function operatorSuite(ctx: ContractContext): void {
     });
 
     it('forget: a finished key becomes a released claim at start with nothing stored, new token and claim id, same fingerprint', async (t) => {
-      if (!store().operate || ctx.caps.forget === false) return t.skip('no forget');
+      if (ctx.caps.forget === false) return t.skip('no forget');
       const claim = await store().claim(claimInput('forget'));
       const token = claimedToken(claim);
       const claimId = (claim as { claimId: string }).claimId;
@@ -97,7 +98,7 @@ export function operatorSuite(ctx: ContractContext): void {
     });
 
     it('forget: refuses a started key and a stale token; a replacement past retention clears the note', async (t) => {
-      if (!store().operate || ctx.caps.forget === false) return t.skip('no forget');
+      if (ctx.caps.forget === false) return t.skip('no forget');
       const token = claimedToken(await store().claim(claimInput('busy', { leaseMs: 0 })));
       assert.deepEqual(await operate({ action: 'forget', ref: ref('busy', token), note: '{}' }), { kind: 'fenced' });
       assert.equal((await get('busy'))?.state, 'started');
