@@ -10,7 +10,9 @@
  */
 
 /** The framework and runtime surfaces: each is glue over the HTTP core or the consumer. */
-const SURFACES = ['hono', 'express', 'fastify', 'nestjs', 'next', 'lambda', 'koa', 'amqp', 'nats', 'function', 'webhooks'];
+const SURFACES = ['hono', 'express', 'fastify', 'nestjs', 'next', 'lambda', 'koa', 'amqp', 'nats', 'function', 'webhooks', 'mcp'];
+/** Surfaces that are a thin layer on `idempotent(fn)` (protocol.md K48): they may import src/function, no other surface. */
+const FUNCTION_SURFACES = ['mcp'];
 /** The stores and the drivers of PostgresStore. */
 const STORES = ['postgres', 'postgresjs', 'kysely', 'prisma', 'drizzle', 'mysql', 'redis', 'memory'];
 /** What only an application or the CLI puts together. */
@@ -92,8 +94,15 @@ module.exports = {
       name: 'surfaces-do-not-import-each-other',
       severity: 'error',
       comment: 'One surface does not build on another: share through src/http or src/consumer.',
-      from: { path: `^src/(${SURFACES.join('|')})/` },
+      from: { path: `^src/(${SURFACES.filter((s) => !FUNCTION_SURFACES.includes(s)).join('|')})/` },
       to: { path: dirs(SURFACES), pathNot: '^src/$1/' },
+    },
+    {
+      name: 'function-surfaces-build-on-function-only',
+      severity: 'error',
+      comment: 'A tool surface is a thin layer on idempotent(fn): it imports src/function and no other surface.',
+      from: { path: `^src/(${FUNCTION_SURFACES.join('|')})/` },
+      to: { path: dirs(SURFACES), pathNot: ['^src/$1/', '^src/function/'] },
     },
     {
       name: 'nothing-imports-the-cli',

@@ -48,6 +48,7 @@ import { IdemContext, Idempotent, IdempotencyModule } from 'idem/nestjs';
 import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { sqsBatch } from 'idem/lambda';
 import { github, webhookReceiver } from 'idem/webhooks';
+import { idempotentTool, KEY_META } from 'idem/mcp';
 import { openTelemetry } from 'idem/otel';
 import { forgetKey, releaseKey, type OperatorOutcome } from 'idem/operator';
 import { idempotencyComponents, withIdempotency } from 'idem/openapi';
@@ -243,6 +244,19 @@ const webhookAnswer: Response = await receiveGithub(
   async () => new Response(null, { status: 204 }),
 );
 void webhookAnswer;
+
+// An MCP tool registered through idem on anything with McpServer's registerTool.
+const registered: string[] = [];
+idempotentTool(
+  { registerTool: (name: string) => registered.push(name) },
+  'create_refund',
+  { description: 'Refunds an order' },
+  async (_args, extra, ctx) => {
+    await ctx.phase('refund', async () => 1);
+    return { content: [{ type: 'text', text: String(extra._meta?.[KEY_META]) }] };
+  },
+  { store: new MemoryStore(), keyFields: [] },
+);
 
 // MySQL / MariaDB on a mysql2 promise pool: a phase's tx is the pool's own PoolConnection.
 const mysqlStore = new MySqlStore({ client: mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }), storeTimeoutMs: 5000 });
