@@ -2,10 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../core/cipher.js';
 import { DEFAULT_RETENTION_MS, KeyState } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
-import { DEFAULT_INLINE_MAX_BYTES } from '../postgres/options.js';
-import { storedForm } from '../postgres/responses.js';
-import type { KeyInspection, StoreStats } from '../postgres/inspect.js';
-import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../postgres/sweep.js';
+import { DEFAULT_INLINE_MAX_BYTES, storedForm } from '../store/stored-form.js';
+import type { KeyInspection, StoreStats } from '../store/inspection.js';
+import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../store/sweep.js';
 import { DEFAULT_STORE_TIMEOUT_MS, StoreTimeoutError } from '../store/deadline.js';
 import { decodeSnapshot, encodeSnapshot } from '../store/records.js';
 import type {
