@@ -24,7 +24,7 @@
 import { type Queryable, type QueryResultLike, SQL_DRIVER, type SqlDriver } from '../postgres/client.js';
 import { compiled, type KyselyCompiledQuery, type KyselyQueryResult } from './compiled.js';
 
-export { compiled, type KyselyCompiledQuery, type KyselyQueryResult };
+export type { KyselyCompiledQuery, KyselyQueryResult };
 
 /** The slice of a Kysely instance or transaction that runs a compiled query. */
 export interface KyselyExecutorLike {
