@@ -1,9 +1,11 @@
 /**
  * A request's idempotency key: from the key header (protocol.md H4, the draft's syntax H5), or
- * from wherever the API takes it with `getKey` (e.g. a body field), and never two different ones.
+ * from wherever the API takes it with `getKey` (e.g. a body field): a key from data, any
+ * non-empty string stored as `dataKey` maps it (protocol.md K47). Never two different ones.
  */
+import { dataKey } from '../core/data-key.js';
 import { InvalidKeyError, InvalidOptionError } from '../core/errors.js';
-import { parseIdempotencyKey, validateKey } from '../core/key.js';
+import { parseIdempotencyKey } from '../core/key.js';
 import type { HttpRequestInput } from './options.js';
 
 /** The key of a request (`undefined`: none), or why it has no valid one (the 400 problem's detail). */
@@ -30,11 +32,13 @@ export class RequestKeys {
     try {
       if (!this.getKey) return { kind: 'key', key: this.headerKey(request) };
       const found = this.getKey(request);
-      const key = found === undefined ? undefined : validateKey(found);
-      // A key header next to the key getKey found must name the same key: two different
-      // keys for one request are ambiguous, never silently ignored (protocol.md H5).
+      // Data, not the header: any non-empty string, mapped to its stored key (protocol.md K47);
+      // an empty string or a non-string is an InvalidKeyError (400, nothing claimed).
+      const key = found === undefined ? undefined : dataKey(found);
+      // A key header next to the key getKey found must name the same key, as sent: two
+      // different keys for one request are ambiguous, never silently ignored (protocol.md H5).
       const header = request.headers.get(this.keyHeader) !== null ? this.headerKey(request) : undefined;
-      if (header !== undefined && header !== key) {
+      if (header !== undefined && header !== found) {
         return {
           kind: 'invalid',
           detail: `This request carries an ${this.keyHeader} header that differs from the idempotency key in its body (or wherever this API takes it from). Send one key.`,
