@@ -19,7 +19,7 @@ import { IdempotencyEngine } from '../src/engine/engine.js';
 import { pinClaimPath } from '../src/postgres/claim.js';
 import type { Queryable } from '../src/postgres/client.js';
 import type { PostgresStore } from '../src/postgres/index.js';
-import type { StoreContext } from '../src/postgres/options.js';
+import type { StoreContext } from '../src/postgres/context.js';
 import { statements } from '../src/postgres/sql.js';
 import { idemSide } from './library.js';
 import type { BenchConfig } from './lib/config.js';

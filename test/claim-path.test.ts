@@ -15,7 +15,7 @@ import { needs, serviceUrl } from './helpers/services.js';
 import { statements } from '../src/postgres/sql.js';
 import { PostgresStore } from '../src/postgres/index.js';
 import { pinClaimPath } from '../src/postgres/claim.js';
-import type { StoreContext } from '../src/postgres/options.js';
+import type { StoreContext } from '../src/postgres/context.js';
 import type { ClaimInput, CommitRecord, KeyRecord } from '../src/store/types.js';
 
 const fp = (n: number): Uint8Array => new Uint8Array(32).fill(n);

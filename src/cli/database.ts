@@ -1,14 +1,6 @@
-/**
- * Opens the database the `idem` CLI works on: PostgreSQL when a URL is given
- * (`--database-url` / `DATABASE_URL`), otherwise embedded PGlite persisted in a data directory
- * (`--data-dir` / `IDEM_DATA_DIR`, default `./.idem-data`, the example server's default, so
- * `idem stats` next to `npm start` inspects the example's keys once the server is stopped).
- * Both drivers are optional peer dependencies, imported only when used.
- */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { MySqlPoolLike } from '../mysql/client.js';
 import type { SqlClient } from '../postgres/client.js';
+import { lockDataDir } from '../postgres/data-dir.js';
 
 /** The default PGlite data directory, shared with the example payments server. */
 export const DEFAULT_DATA_DIR = './.idem-data';
@@ -133,46 +125,4 @@ export function describeError(error: unknown): string {
     return message.split('\n')[0]!;
   }
   return String(error);
-}
-
-/**
- * PGlite is one PostgreSQL backend inside this process: a second process on the same directory
- * would run its own, unaware of the first one's claims, and both would execute the same key. So
- * one process per directory, through one pid file taken with O_EXCL (`idem-example.pid`), shared
- * by the CLI and the example server: each refuses a directory a live process holds, and takes
- * over a pid file whose process is gone (killed, crashed), so a restart right after a crash
- * works at once (an mtime-based staleness rule would make it wait).
- *
- * @param inUse the error for a directory held by the live process `holder`
- * @returns a function that releases the lock
- * @throws the `inUse` error (default a {@link CliError}) when a live process holds the directory
- */
-export function lockDataDir(
-  dataDir: string,
-  inUse: (holder: number) => Error = (holder) =>
-    new CliError(`${dataDir} is in use by process ${holder} (PGlite allows one process per data directory): stop it, or use --database-url`),
-): () => void {
-  mkdirSync(dataDir, { recursive: true });
-  const file = join(dataDir, 'idem-example.pid');
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      writeFileSync(file, String(process.pid), { flag: 'wx' });
-      return () => rmSync(file, { force: true });
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw new CliError(`cannot lock ${dataDir}: ${describeError(error)}`);
-      const holder = Number(readFileSync(file, 'utf8'));
-      if (holder && holder !== process.pid && alive(holder)) throw inUse(holder);
-      rmSync(file, { force: true }); // left by a process that is gone
-    }
-  }
-  throw new CliError(`cannot lock ${dataDir}`);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }

@@ -7,8 +7,8 @@
  */
 import { Command, Option } from 'commander';
 import cliProgress from 'cli-progress';
-import type { SweepProgress, SweepReport } from '../postgres/index.js';
-import { replicationAtRisk } from '../postgres/inspect.js';
+import type { SweepProgress, SweepReport } from '../store/sweep.js';
+import { replicationAtRisk } from '../store/inspection.js';
 import type { Completer } from '../http/index.js';
 import type { SqlClient } from '../postgres/client.js';
 

@@ -66,17 +66,5 @@ export type Disposition =
   /** Reject for good: a dead-letter exchange / `term`. */
   | { action: 'dead-letter'; reason: DeadLetterReason; error?: unknown };
 
-/** A message to publish (an outbox row): broker-free. */
-export interface OutgoingMessage {
-  /** The message id, stable across the relay's repeats: downstream dedup keys on it. */
-  id: string;
-  /** Where it goes: a routing key on RabbitMQ, a subject on NATS. */
-  destination: string;
-  /** The payload bytes. */
-  body: Uint8Array;
-  /** The payload's content type, or `null`. */
-  contentType: string | null;
-}
-
-/** Publishes one message and resolves once the broker confirmed it (a publisher confirm, a JetStream ack). */
-export type Publisher = (message: OutgoingMessage) => Promise<void>;
+/** What the outbox relay publishes (defined beside the store that keeps the outbox rows). */
+export type { OutgoingMessage, Publisher } from '../store/outbox-message.js';

@@ -22,6 +22,7 @@ export const ErrorCode = {
   UnsupportedResponse: 'IDEM_UNSUPPORTED_RESPONSE',
   StoreTimeout: 'IDEM_STORE_TIMEOUT',
   MissingPartition: 'IDEM_MISSING_PARTITION',
+  DataDirLocked: 'IDEM_DATA_DIR_LOCKED',
   FailedPermanently: 'IDEM_FAILED_PERMANENTLY',
   UnencodableResult: 'IDEM_UNENCODABLE_RESULT',
   // idem/redis durability (src/redis/options.ts)

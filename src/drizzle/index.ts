@@ -11,16 +11,8 @@
  * `drizzle-orm/pglite`. Drizzle is an optional peer dependency; nothing of it is imported here.
  */
 import { InvalidOptionError } from '../core/errors.js';
-import {
-  type PoolLike,
-  type Queryable,
-  type QueryResultLike,
-  SQL_DRIVER,
-  type SqlClient,
-  type SqlDriver,
-  type SqlExecutor,
-  toExecutor,
-} from '../postgres/client.js';
+import { type PoolLike, type Queryable, type QueryResultLike, SQL_DRIVER, type SqlClient, type SqlDriver, type SqlExecutor } from '../postgres/client.js';
+import { toExecutor } from '../postgres/executor.js';
 import { hearConnectionErrors } from '../postgres/connection-errors.js';
 import { sourceOf } from '../postgres/notify.js';
 import { type PostgresJsLike, type PostgresJsQueryable, postgresjs, postgresjsQueryable, sendsJsonAsText, withoutLateRollback } from '../postgresjs/index.js';

@@ -1,17 +1,20 @@
 import { DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
-import { InvalidKeyError, InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
-import { fingerprint, parsePointer } from '../core/fingerprint.js';
-import { parseIdempotencyKey, validateKey } from '../core/key.js';
-import { FINGERPRINT_MEMO_SIZE, FingerprintMemo } from './fingerprint-memo.js';
+import { InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
 import { type BeginResult, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
 import { hasCompletion } from '../store/capabilities.js';
 import type { StoredResponse } from '../store/types.js';
+import { HttpAttempts } from './attempts.js';
 import { readBodyWithin } from './body.js';
 import { IdempotencyContext } from './context.js';
-import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
+import { expiresHeaderName, httpDate, withHeader, withResponseHeader } from './expiry.js';
 import { resolveKeyHeader } from './key-header.js';
 import { toHeaders } from './node/headers.js';
+import type { HttpRequestInput, IdempotencyOptions } from './options.js';
+import type { HeldResponse, Prepared, SendHeld } from './prepared.js';
+import { idemProblem, idemProblemParts, ProblemKind, type ProblemFormat } from './problem.js';
+import { RequestFingerprints } from './request-fingerprint.js';
+import { RequestKeys } from './request-key.js';
 import {
   bodyResponse,
   cachedReplayResponse,
@@ -23,62 +26,11 @@ import {
   storedHeaders,
 } from './response.js';
 import { credentialScope } from './scope.js';
-import { HttpAttempts } from './attempts.js';
-import type { HttpRequestInput, IdempotencyOptions } from './options.js';
-
-/** The expiry header's default name (protocol.md H40). */
-export const EXPIRES_HEADER = 'Idempotency-Key-Expires';
-
-/** An instant as an HTTP-date (IMF-fixdate, RFC 9110 §5.6.7), whole seconds. */
-function httpDate(ms: number): string {
-  return new Date(Math.floor(ms / 1000) * 1000).toUTCString();
-}
-
-/** A copy of `stored` with one more header (the stored record and any cached copy stay as they are). */
-function withHeader(stored: StoredResponse, name: string, value: string): StoredResponse {
-  return { status: stored.status, headers: [...stored.headers, [name.toLowerCase(), value]], body: stored.body };
-}
 
 export type { HttpRequestInput, IdempotencyOptions } from './options.js';
 
-/** Outcome of {@link HttpIdempotency.prepare}. */
-export type Prepared<Tx = unknown> =
-  /** Not protected (method, or no key and not required): run the handler as usual. */
-  | { kind: 'pass' }
-  /**
-   * Answer without running the handler: a replay or one of idem's problems. For a replay,
-   * `replayed` is the stored response (adapters on Node's response write it directly, see
-   * `replayHeaders`); `response` is then built when first read.
-   */
-  | { kind: 'respond'; response: Response; replayed?: StoredResponse }
-  /** Run the handler with `context`, then send what `complete` (or, on a throw, `fail`) returns. */
-  | {
-      kind: 'execute';
-      context: IdempotencyContext<Tx>;
-      complete(response: Response): Promise<Response>;
-      /**
-       * `complete` for a response held as parts on the server's own response object (adapters
-       * on Node's response): the same outcome, without building a web Response when the held
-       * response is recorded as it is. {@link SendHeld} means "send the held response, with
-       * these headers added"; a Response replaces it.
-       */
-      completeHeld(held: HeldResponse): Promise<Response | SendHeld>;
-      fail(error: unknown): Promise<Response>;
-    };
-
-/** A response the handler wrote, held on the server's response object (status, headers as Node keeps them, body bytes). */
-export interface HeldResponse {
-  status: number;
-  /** Lower-case names; a repeated header is an array (Node's `getHeaders()`). */
-  headers: Readonly<Record<string, string | number | readonly string[] | undefined>>;
-  body: Uint8Array;
-}
-
-/** Send the held response as it is, with `headers` set on it (the expiry header, protocol.md H40). */
-export interface SendHeld {
-  kind: 'send-held';
-  headers: Array<[string, string]>;
-}
+export { EXPIRES_HEADER } from './expiry.js';
+export type { HeldResponse, Prepared, SendHeld } from './prepared.js';
 
 /**
  * The framework-neutral HTTP core on web-standard Request/Response. Adapters (Hono, Express)
@@ -101,9 +53,10 @@ export class HttpIdempotency<Tx = unknown> {
   private readonly attempts: HttpAttempts<Tx>;
   /** The expiry header's name (protocol.md H40), or undefined when off. */
   private readonly expiresHeader: string | undefined;
-  private readonly fingerprintHeaders: readonly string[];
-  /** Fingerprints of recent raw requests (protocol.md H29), or undefined when off. */
-  private readonly fingerprints: FingerprintMemo | undefined;
+  /** Request fingerprints (protocol.md H7) through the memo of recent raw requests (H29). */
+  private readonly fingerprints: RequestFingerprints;
+  /** The request's key: header (H4, H5) or `getKey`. */
+  private readonly keys: RequestKeys;
 
   /** @throws {InvalidOptionError} for missing store/engine or bad options (at start-up, never per request). */
   constructor(private readonly options: IdempotencyOptions<Tx>) {
@@ -139,28 +92,9 @@ export class HttpIdempotency<Tx = unknown> {
       problems: this.problems,
       withExpiry: (response, execution) => this.withExpiry(response, execution),
     });
-    const expires = options.expiresHeader;
-    if (expires !== undefined && typeof expires !== 'boolean' && !(typeof expires === 'string' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(expires))) {
-      throw new InvalidOptionError('idem: expiresHeader must be true, false or a header name');
-    }
-    this.expiresHeader = expires === true ? EXPIRES_HEADER : expires || undefined;
-    for (const pointer of options.fingerprintIgnore ?? []) {
-      try {
-        parsePointer(pointer);
-      } catch (error) {
-        throw new InvalidOptionError(`idem: fingerprintIgnore: ${(error as Error).message}`);
-      }
-    }
-    if (options.fingerprintProjection !== undefined && typeof options.fingerprintProjection !== 'function') {
-      throw new InvalidOptionError('idem: fingerprintProjection must be a function');
-    }
-    this.fingerprintHeaders = options.fingerprintHeaders ?? [];
-    const memo = options.fingerprintMemo ?? FINGERPRINT_MEMO_SIZE;
-    if (!(Number.isInteger(memo) && memo >= 0)) throw new InvalidOptionError('idem: fingerprintMemo must be a whole number of requests >= 0');
-    this.fingerprints = memo > 0 ? new FingerprintMemo(memo) : undefined;
-    if (options.getKey !== undefined && typeof options.getKey !== 'function') {
-      throw new InvalidOptionError('idem: getKey must be a function');
-    }
+    this.expiresHeader = expiresHeaderName(options.expiresHeader);
+    this.fingerprints = new RequestFingerprints(options);
+    this.keys = new RequestKeys(this.keyHeader, options.getKey);
     if (options.retryAfterS !== undefined && !(Number.isInteger(options.retryAfterS) && options.retryAfterS >= 1)) {
       throw new InvalidOptionError('idem: retryAfterS must be a whole number of seconds >= 1');
     }
@@ -187,27 +121,9 @@ export class HttpIdempotency<Tx = unknown> {
    */
   async prepare(request: HttpRequestInput, limits?: { maxWaitMs?: number }): Promise<Prepared<Tx>> {
     if (!this.protects(request.method)) return { kind: 'pass' };
-    let key: string | undefined;
-    try {
-      if (this.options.getKey) {
-        key = optionalKey(this.options.getKey(request));
-        // A key header next to the key getKey found must name the same key: two different
-        // keys for one request are ambiguous, never silently ignored (protocol.md H5).
-        const header = request.headers.get(this.keyHeader) !== null ? this.headerKey(request) : undefined;
-        if (header !== undefined && header !== key) {
-          return this.problem(
-            ProblemKind.InvalidKey,
-            400,
-            `This request carries an ${this.keyHeader} header that differs from the idempotency key in its body (or wherever this API takes it from). Send one key.`,
-          );
-        }
-      } else {
-        key = this.headerKey(request);
-      }
-    } catch (error) {
-      if (!(error instanceof InvalidKeyError)) throw error;
-      return this.problem(ProblemKind.InvalidKey, 400, `${error.message}.`);
-    }
+    const read = this.keys.read(request);
+    if (read.kind === 'invalid') return this.problem(ProblemKind.InvalidKey, 400, read.detail);
+    const key = read.key;
     if (key === undefined) {
       if (!this.options.required) return { kind: 'pass' };
       return this.problem(ProblemKind.MissingKey, 400, `Send an ${this.keyHeader} header (1-255 printable ASCII characters, e.g. a UUID) with this request.`);
@@ -215,7 +131,7 @@ export class HttpIdempotency<Tx = unknown> {
     let begun: BeginResult<Tx>;
     try {
       const scope = this.options.scope ? await this.options.scope(request) : credentialScope(request.headers);
-      const fp = this.fingerprintOf(request);
+      const fp = this.fingerprints.of(request);
       begun = await this.engine.begin(
         limits?.maxWaitMs === undefined ? { scope, key, fingerprint: fp } : { scope, key, fingerprint: fp, maxWaitMs: limits.maxWaitMs },
       );
@@ -275,38 +191,6 @@ export class HttpIdempotency<Tx = unknown> {
         };
       }
     }
-  }
-
-  /** The key in the request's key header, or undefined when there is none (protocol.md H4). */
-  private headerKey(request: HttpRequestInput): string | undefined {
-    return parseIdempotencyKey(request.keyHeaderLines ?? request.headers.get(this.keyHeader));
-  }
-
-  /**
-   * The request's fingerprint (protocol.md H7), through the memo of recent raw requests
-   * (protocol.md H29): a byte-identical retry is not parsed and canonicalised again.
-   */
-  private fingerprintOf(request: HttpRequestInput): Uint8Array {
-    const contentType = request.headers.get('content-type');
-    const names = this.fingerprintHeaders;
-    const values = names.length === 0 ? NO_VALUES : names.map((h) => request.headers.get(h) ?? '');
-    const memo = this.fingerprints;
-    const id = memo?.idOf({ method: request.method, url: request.url, contentType, body: request.body, headerValues: values });
-    const known = id === undefined ? undefined : memo!.get(id);
-    if (known !== undefined) return known;
-    const url = new URL(request.url, 'http://idem.invalid');
-    const print = fingerprint({
-      method: request.method,
-      path: url.pathname,
-      query: url.searchParams,
-      contentType,
-      body: request.body,
-      headers: names.map((h, i) => [h, values[i]!] as const),
-      ...(this.options.fingerprintIgnore ? { ignore: this.options.fingerprintIgnore } : {}),
-      ...(this.options.fingerprintProjection ? { project: this.options.fingerprintProjection } : {}),
-    });
-    if (id !== undefined) memo!.set(id, print);
-    return print;
   }
 
   /**
@@ -453,16 +337,7 @@ export class HttpIdempotency<Tx = unknown> {
   private withExpiry(response: Response, execution: Execution<Tx>): Response {
     const expiry = this.expiry(execution);
     if (expiry === undefined) return response;
-    const [name, value] = expiry;
-    try {
-      response.headers.set(name, value);
-      return response;
-    } catch {
-      // Immutable headers (a fetched or framework-made Response): the same response, one header more.
-      const headers = new Headers(response.headers);
-      headers.set(name, value);
-      return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
-    }
+    return withResponseHeader(response, expiry[0], expiry[1]);
   }
 
   private async fail(context: IdempotencyContext<Tx>, error: unknown): Promise<Response> {
@@ -496,13 +371,6 @@ export class HttpIdempotency<Tx = unknown> {
 
 /** Default of `maxResponseBytes`: 32 MiB. */
 export const DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
-
-/** No fingerprint headers configured: one shared empty list. */
-const NO_VALUES: readonly string[] = [];
-
-function optionalKey(key: string | undefined): string | undefined {
-  return key === undefined ? undefined : validateKey(key);
-}
 
 function defaultOnHandlerError(error: unknown): void {
   console.error('idem: handler failed', error);

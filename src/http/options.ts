@@ -44,7 +44,9 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
   headerName?: string;
   /**
    * Takes the key from somewhere else, e.g. a body field (EC2 `ClientToken` style). Return
-   * `undefined` for none. Replaces the header: a request whose key header carries a
+   * `undefined` for none. A key from data (protocol.md K47): any non-empty string, stored as
+   * is when 1-255 printable ASCII, else as `sha256:` and its hex digest (`dataKey`); `''` or a
+   * non-string gets 400. Replaces the header: a request whose key header carries a
    * different key gets 400 (two keys for one request are ambiguous).
    */
   getKey?: (request: HttpRequestInput) => string | undefined;

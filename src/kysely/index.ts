@@ -22,24 +22,9 @@
  * ```
  */
 import { type Queryable, type QueryResultLike, SQL_DRIVER, type SqlDriver } from '../postgres/client.js';
+import { compiled, type KyselyCompiledQuery, type KyselyQueryResult } from './compiled.js';
 
-/**
- * A compiled query as Kysely's `CompiledQuery.raw(sql, parameters)` makes it (Kysely's public
- * `CompiledQuery` interface: the text, its parameters, a raw operation node and a query id).
- */
-export interface KyselyCompiledQuery {
-  readonly sql: string;
-  readonly parameters: ReadonlyArray<unknown>;
-  readonly query: { readonly kind: 'RawNode'; readonly sqlFragments: ReadonlyArray<string>; readonly parameters: ReadonlyArray<never> };
-  readonly queryId: { readonly queryId: string };
-}
-
-/** What Kysely's `executeQuery` resolves to (`QueryResult`). */
-export interface KyselyQueryResult {
-  readonly rows: ReadonlyArray<unknown>;
-  /** Set for INSERT, UPDATE, DELETE and MERGE. */
-  readonly numAffectedRows?: bigint;
-}
+export type { KyselyCompiledQuery, KyselyQueryResult };
 
 /** The slice of a Kysely instance or transaction that runs a compiled query. */
 export interface KyselyExecutorLike {
@@ -59,18 +44,6 @@ export interface KyselyLike<Tx extends KyselyTransactionLike> extends KyselyExec
 /** The slice of Kysely's `Transaction<DB>` that idem uses. */
 export interface KyselyTransactionLike extends KyselyExecutorLike {
   withoutPlugins(): KyselyExecutorLike;
-}
-
-let queries = 0;
-
-/** `CompiledQuery.raw(text, params)` without importing Kysely (also idem/mysql's `kyselyMySql`). @internal */
-export function compiled(text: string, params: unknown[] | undefined): KyselyCompiledQuery {
-  return {
-    sql: text,
-    parameters: params ?? [],
-    query: { kind: 'RawNode', sqlFragments: [text], parameters: [] },
-    queryId: { queryId: `idem-${++queries}` },
-  };
 }
 
 /** Runs `text` on `db` (plugins off) with Kysely's result as `{ rows, rowCount }`. */

@@ -7,7 +7,7 @@
  * of it is imported here.
  */
 import { InvalidOptionError } from '../core/errors.js';
-import { compiled, type KyselyCompiledQuery } from '../kysely/index.js';
+import { compiled, type KyselyCompiledQuery } from '../kysely/compiled.js';
 import { MYSQL_DRIVER, type MySqlConnectionLike, type MySqlDriver, type MySqlPoolLike } from './client.js';
 
 /** What Kysely's MySQL driver resolves a query to. */

@@ -3,7 +3,7 @@
  * named lock, the sweep in batches at READ COMMITTED with its dry run, and the token table's trim.
  */
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
-import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../postgres/sweep.js';
+import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../store/sweep.js';
 import type { MySqlResultHeader, MySqlRow } from './client.js';
 import { type MySqlContext, tableParts, us } from './context.js';
 

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { KeyState } from '../core/constants.js';
-import type { KeyInspection, StoreStats } from '../postgres/inspect.js';
+import type { KeyInspection, StoreStats } from '../store/inspection.js';
 import type { Fenced, OperatorWrite } from '../store/types.js';
 import { rowsMatched } from './client.js';
 import { b, drawToken, type MySqlContext, us } from './context.js';

@@ -6,7 +6,7 @@ import { type ResponseCipher, responseAad } from '../core/cipher.js';
 import { KeyState } from '../core/constants.js';
 import { ResponseUnreadableError, UnknownKeyIdError } from '../core/errors.js';
 import { sameFingerprint } from '../core/fingerprint.js';
-import { openHeaders } from '../postgres/responses.js';
+import { openHeaders } from '../store/stored-form.js';
 import { decodeRecord, type RecordColumns } from '../store/records.js';
 import type { KeyRecord, PhaseResults } from '../store/types.js';
 import type { MySqlRow } from './client.js';

@@ -6,8 +6,9 @@
  * transaction and a finish, and write its row twice.
  */
 import type { BatchInput, BatchOutcome, StoredResponse } from '../store/types.js';
-import type { StoreContext } from './options.js';
-import { readRecord, storedForm } from './responses.js';
+import type { StoreContext } from './context.js';
+import { storedForm } from '../store/stored-form.js';
+import { readRecord } from './responses.js';
 import type { Row } from './rows.js';
 
 /** Thrown inside the transaction to roll it back: a key of the batch was claimed since the read (protocol.md K39 1). */

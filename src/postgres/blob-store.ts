@@ -1,13 +1,8 @@
+import type { BlobRef } from '../store/stored-form.js';
 import type { Queryable, SqlExecutor } from './client.js';
 import type { Statements } from './sql.js';
 
-/** Names one out-of-line body: the row it belongs to and the blob id the row points at. */
-export interface BlobRef {
-  scope: string;
-  key: string;
-  /** Chosen by the store when it writes the body (a random UUID); kept in `response_body_ref`. */
-  id: string;
-}
+export type { BlobRef };
 
 /**
  * Where response bodies larger than the store's `inlineMaxBytes` live; the row keeps only the

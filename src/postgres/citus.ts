@@ -4,7 +4,7 @@
  * The statements are in sql/citus.ts.
  */
 import { InvalidOptionError } from '../core/errors.js';
-import type { StoreContext } from './options.js';
+import type { StoreContext } from './context.js';
 import type { Queryable } from './client.js';
 import { type CitusStatements, citusCatalog } from './sql.js';
 

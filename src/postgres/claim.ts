@@ -2,7 +2,7 @@
 import { KeyState } from '../core/constants.js';
 import { MissingPartitionError } from './errors.js';
 import type { ClaimInput, ClaimResult, KeyRef, PhaseResults, TakeOverResult } from '../store/types.js';
-import type { StoreContext } from './options.js';
+import type { StoreContext } from './context.js';
 import { readDoneRecord, readRecord } from './responses.js';
 import { blobRef, type Row } from './rows.js';
 import type { PartitionedStatements } from './sql.js';

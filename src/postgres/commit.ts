@@ -2,8 +2,8 @@
 import type { CommitRecord, Fenced, KeyRef } from '../store/types.js';
 import type { BlobRef } from './blob-store.js';
 import type { Queryable } from './client.js';
-import type { StoreContext } from './options.js';
-import { storedForm } from './responses.js';
+import type { StoreContext } from './context.js';
+import { storedForm } from '../store/stored-form.js';
 
 /** Sentinel thrown inside a transaction to roll it back when a fenced write matched no row. */
 const FENCED = Symbol('idem.fenced');

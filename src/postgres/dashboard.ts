@@ -1,6 +1,7 @@
 /** What `idem dashboard` shows of the key table: read-only, bounded lists, no bodies, no credentials. */
-import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
-import type { StoreContext } from './options.js';
+import type { KeyInspection, StoreStats } from '../store/inspection.js';
+import { inspect, stats } from './inspect.js';
+import type { StoreContext } from './context.js';
 import type { Row } from './rows.js';
 import { dateOrNull } from './values.js';
 

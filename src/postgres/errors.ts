@@ -9,3 +9,13 @@ export class MissingPartitionError extends IdempotencyError {
     super(ErrorCode.MissingPartition, message, { cause: options?.cause, retryable: true });
   }
 }
+
+/**
+ * A PGlite data directory could not be locked for this process (`lockDataDir`): another live
+ * process holds it, or its pid file cannot be written. Not retryable while that process runs.
+ */
+export class DataDirLockedError extends IdempotencyError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ErrorCode.DataDirLocked, message, options);
+  }
+}

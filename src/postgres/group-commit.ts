@@ -8,7 +8,7 @@
 import { performance } from 'node:perf_hooks';
 import type { ClaimInput, KeyRef } from '../store/types.js';
 import type { SqlExecutor } from './client.js';
-import type { StoredForm } from './responses.js';
+import type { StoredForm } from '../store/stored-form.js';
 import type { Row } from './rows.js';
 
 /** Options of group commit (`PostgresStore` option `groupCommit`). */

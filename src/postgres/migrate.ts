@@ -1,7 +1,7 @@
 /** Creating and upgrading the table, and telling a plain table from a partitioned one. */
 import { InvalidOptionError } from '../core/errors.js';
 import { checkDistribution } from './citus.js';
-import type { StoreContext } from './options.js';
+import type { StoreContext } from './context.js';
 import { maintain } from './partitions.js';
 
 /** See `PostgresStore.migrate`. */

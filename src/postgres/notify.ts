@@ -8,7 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import { type ChangeFeed, KeyChangeHub, keyId } from '../store/key-changes.js';
-import type { StoreContext } from './options.js';
+import type { StoreContext } from './context.js';
 import { isSqlDriver, type PoolClientLike, type PoolLike, type SqlClient, type SqlDriver } from './client.js';
 import type { Statements } from './sql.js';
 import { literal } from './sql/table.js';

@@ -1,21 +1,17 @@
 import { aesGcmCipher, type EncryptionOptions, type ResponseCipher } from '../core/cipher.js';
 import { InvalidOptionError } from '../core/errors.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
+import { DEFAULT_INLINE_MAX_BYTES } from '../store/stored-form.js';
 import { type BlobStore, TableBlobStore } from './blob-store.js';
 import { channelName, notifyingStatements } from './notify.js';
-import { isSqlDriver, type Queryable, type SqlClient, type SqlDriver, type SqlExecutor, type StoreClient, toExecutor } from './client.js';
+import { isSqlDriver, type Queryable, type SqlDriver, type SqlExecutor, type StoreClient } from './client.js';
+import type { StoreContext } from './context.js';
+import { toExecutor } from './executor.js';
 import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
 import { type CitusStatements, distributedStatements, type PartitionedStatements, partitionedStatements, type Statements, statements } from './sql.js';
 
-/**
- * Bodies above 64 KiB go out of line by default. Below it, one statement claims or replays
- * (the body comes back with the row). Above it, the conflict path (409, 422, the claim's own
- * read) would otherwise carry the whole body on every retry of a key still in progress or
- * reused, and the keys table's TOAST would grow with the largest responses; one extra round
- * trip on replay of a large body costs little next to sending it. Most JSON API responses are
- * a few KiB, so they stay inline.
- */
-export const DEFAULT_INLINE_MAX_BYTES = 64 * 1024;
+/** Bodies above 64 KiB go out of line by default (the reasons: src/store/stored-form.ts). */
+export { DEFAULT_INLINE_MAX_BYTES };
 
 /** Default deadline of each of idem's statements, in ms (`storeTimeoutMs`): the one every store shares. */
 export { DEFAULT_STORE_TIMEOUT_MS };
@@ -141,42 +137,6 @@ export interface PartitionOptions {
    * @default 1000
    */
   dropLockTimeoutMs?: number;
-}
-
-/**
- * The store's options resolved and validated, with the statements for its table: what every
- * part of the store (claim, commit, sweep, partitions, inspect) works from.
- */
-export interface StoreContext<Tx = unknown> {
-  readonly table: string;
-  /** The request path's executor: every statement under `storeTimeoutMs`. */
-  readonly db: SqlExecutor<Tx>;
-  /**
-   * Migration, partitions, sweeps and operator reads: the same client without the deadline,
-   * since a migration may wait for a lock and a sweep batch or a count may outlast it.
-   */
-  readonly maintenance: SqlExecutor<Tx>;
-  readonly sql: Statements;
-  /** Partitioned mode's statements, or undefined for a plain table. */
-  readonly psql: PartitionedStatements | undefined;
-  /** Partitioned mode's options, or undefined for a plain table. */
-  readonly partitioning: Required<PartitionOptions> | undefined;
-  /** Bodies longer than this (plaintext bytes) go to `blobs`. */
-  readonly inlineMaxBytes: number;
-  readonly blobs: BlobStore;
-  readonly cipher: ResponseCipher | undefined;
-  /** The LISTEN/NOTIFY channel when `notify` is on, else undefined. */
-  readonly channel: string | undefined;
-  /** True when the notification is its own statement after the change (`notify: 'after-commit'`, and Citus). */
-  readonly notifyAfterCommit: boolean;
-  /** The client as given (for LISTEN). */
-  readonly client: SqlClient | SqlDriver<Tx>;
-  /** `storeTimeoutMs` (protocol.md H17): also bounds a LISTEN becoming active (wait mode). */
-  readonly timeoutMs: number;
-  /** Group commit's batchers when `groupCommit` is on, else undefined. */
-  readonly group: GroupCommit | undefined;
-  /** Citus mode's own statements when `distributed` is 'citus', else undefined. */
-  readonly citus: CitusStatements | undefined;
 }
 
 /**

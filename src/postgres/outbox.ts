@@ -1,6 +1,7 @@
 import { InvalidOptionError } from '../core/errors.js';
-import type { OutgoingMessage, Publisher } from '../consumer/types.js';
-import { type Queryable, type SqlClient, type SqlExecutor, toExecutor } from './client.js';
+import type { OutgoingMessage, Publisher } from '../store/outbox-message.js';
+import type { Queryable, SqlClient, SqlExecutor } from './client.js';
+import { toExecutor } from './executor.js';
 import { type OutboxStatements, outboxStatements } from './sql/outbox.js';
 
 /** Options of {@link Outbox}. */

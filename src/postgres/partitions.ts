@@ -1,6 +1,6 @@
 /** Partitioned mode's daily partitions: created ahead by `maintain`, dropped past retention by the sweep. */
 import { InvalidOptionError } from '../core/errors.js';
-import type { StoreContext } from './options.js';
+import type { StoreContext } from './context.js';
 import type { PartitionedStatements } from './sql.js';
 
 /**

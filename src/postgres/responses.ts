@@ -1,60 +1,15 @@
 /**
- * How a response is written to a row and read back: sealed when encryption is on, body inline
- * or out of line in the blob store.
+ * How a row's response is read back: its out-of-line body fetched from the blob store, its seal
+ * opened. How it is written is store-neutral (src/store/stored-form.ts).
  */
-import { randomUUID } from 'node:crypto';
-import { type ResponseCipher, responseAad } from '../core/cipher.js';
+import { responseAad } from '../core/cipher.js';
 import { ResponseUnreadableError, UnknownKeyIdError } from '../core/errors.js';
 import { sameFingerprint } from '../core/fingerprint.js';
-import type { KeyRecord, KeyRef, StoredResponse } from '../store/types.js';
-import type { BlobRef } from './blob-store.js';
-import type { StoreContext } from './options.js';
+import { openHeaders } from '../store/stored-form.js';
+import type { KeyRecord } from '../store/types.js';
+import type { StoreContext } from './context.js';
 import { doneRecord, type Row, toRecord } from './rows.js';
 import { bytes } from './values.js';
-
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
-
-/** A response as written to the row: sealed when encryption is on, body inline or out of line. */
-export interface StoredForm {
-  /** The `response_headers` value, JSON text. */
-  headers: string;
-  /** The inline body, or null when it goes out of line. */
-  body: Uint8Array | null;
-  /** The out-of-line body and where it goes. */
-  blob: { ref: BlobRef; body: Uint8Array } | undefined;
-  /** The key id it was sealed with, or null for plaintext. */
-  keyId: string | null;
-}
-
-/** Seals the response when encryption is on and decides inline or out of line (by the plaintext length). */
-export function storedForm(ctx: Pick<StoreContext, 'inlineMaxBytes' | 'cipher'>, ref: Pick<KeyRef, 'scope' | 'key'>, response: StoredResponse): StoredForm {
-  const outOfLine = response.body.length > ctx.inlineMaxBytes;
-  const headersJson = JSON.stringify(response.headers);
-  let headers = headersJson;
-  let body = response.body;
-  if (ctx.cipher) {
-    const sealed = ctx.cipher.seal(encoder.encode(headersJson), responseAad(ref.scope, ref.key, 'headers'));
-    headers = JSON.stringify(Buffer.from(sealed).toString('base64'));
-    body = ctx.cipher.seal(response.body, responseAad(ref.scope, ref.key, 'body'));
-  }
-  return {
-    headers,
-    body: outOfLine ? null : body,
-    blob: outOfLine ? { ref: { scope: ref.scope, key: ref.key, id: randomUUID() }, body } : undefined,
-    keyId: ctx.cipher ? ctx.cipher.currentKeyId : null,
-  };
-}
-
-/**
- * The replayed headers of a sealed response: base64 of the sealed JSON pairs, bound to
- * (scope, key) by the AAD.
- * @throws {ResponseUnreadableError} wrong key, tampered, or sealed for another row
- */
-export function openHeaders(cipher: ResponseCipher, sealed: string, scope: string, key: string): Array<[string, string]> {
-  const plain = cipher.open(Buffer.from(sealed, 'base64'), responseAad(scope, key, 'headers'));
-  return JSON.parse(decoder.decode(plain)) as Array<[string, string]>;
-}
 
 /**
  * A row as a record; a finished row's response is read back exactly as it was written (its

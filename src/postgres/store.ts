@@ -24,20 +24,23 @@ import { claim, takeOver } from './claim.js';
 import type { Queryable, SqlDriver } from './client.js';
 import { commitRecord, commitWithEffects } from './commit.js';
 import { type DashboardData, dashboard, dashboardInspect } from './dashboard.js';
-import { inspect, type KeyInspection, type StoreStats, stats } from './inspect.js';
+import type { KeyInspection, StoreStats } from '../store/inspection.js';
+import type { SweepOptions, SweepPlan, SweepReport } from '../store/sweep.js';
+import { inspect, stats } from './inspect.js';
 import { migrate, tableMode } from './migrate.js';
-import { type PartitionOptions, type PostgresStoreOptions, type StoreContext, storeContext } from './options.js';
+import type { StoreContext } from './context.js';
+import { type PartitionOptions, type PostgresStoreOptions, storeContext } from './options.js';
 import { notifyAfterCommit, TableFeed } from './notify.js';
 import { maintain } from './partitions.js';
 import { readRecord } from './responses.js';
 import { blobRef, toRecord } from './rows.js';
-import { type SweepOptions, type SweepPlan, type SweepReport, sweepPlan, sweepReport } from './sweep.js';
+import { sweepPlan, sweepReport } from './sweep.js';
 
 export { DEFAULT_INLINE_MAX_BYTES, DEFAULT_STORE_TIMEOUT_MS, type PartitionOptions, type PostgresStoreOptions } from './options.js';
 export type { DistributeResult } from './citus.js';
 export type { DashboardData, DashboardKey } from './dashboard.js';
-export type { KeyInspection, StoreStats } from './inspect.js';
-export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from './sweep.js';
+export type { KeyInspection, StoreStats } from '../store/inspection.js';
+export type { SweepOptions, SweepPlan, SweepProgress, SweepReport } from '../store/sweep.js';
 
 /**
  * The PostgreSQL store: one row per (scope, key) in `idempotency_keys` (protocol.md Q1-Q6).

@@ -23,7 +23,7 @@
  * it, and the retry replays.
  */
 import type { Queryable, SqlClient, SqlExecutor } from '../postgres/client.js';
-import { toExecutor } from '../postgres/client.js';
+import { toExecutor } from '../postgres/executor.js';
 import { quoteTable } from '../postgres/sql.js';
 import { InvalidOptionError } from '../core/errors.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../store/deadline.js';
