@@ -190,10 +190,11 @@ for (const [brokerName, open, service] of [
   });
 }
 
-/** A MemoryStore that cannot wake waiters (no `subscribe`), like a store without wait mode. */
+/** A MemoryStore that cannot wake waiters (no `subscribe`, no `notify` declared), like a store without wait mode. */
 function unwakingStore(): MemoryStore {
   const store = new MemoryStore();
   Object.defineProperty(store, 'subscribe', { value: undefined });
+  Object.defineProperty(store, 'capabilities', { value: { completion: true, operator: true } });
   return store;
 }
 
