@@ -5,6 +5,7 @@ import type { AttemptPolicy } from '../engine/attempt.js';
 import { type BatchItemEnd, canBatch } from '../engine/batch.js';
 import { type EngineOptions, IdempotencyEngine, type RunOutcome } from '../engine/engine.js';
 import { MessageContext, resultResponse } from './context.js';
+import { CrashSuspectGate } from './gate.js';
 import type { ConsumedMessage, Disposition } from './types.js';
 
 /** A message handler: runs the work through the context's phases and calls. */
@@ -54,6 +55,18 @@ export type ConsumerOptions<Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } |
    * @default the lease
    */
   waitMs?: number;
+  /**
+   * Runs a crash suspect alone (protocol.md K23 5): a redelivery whose key a dead worker left
+   * `started` with its lease run out waits, unclaimed, until this consumer's other deliveries
+   * in flight are done, and the deliveries after it wait for it (each wait at most the lease).
+   * So when a poison message kills the process, its neighbours in flight (prefetch or
+   * concurrency > 1) are counted one crash and then succeed alone, and only the poison reaches
+   * `maxAttempts`. A no-op with one delivery in flight at a time; it costs a read of the key on
+   * every redelivery. `false`: suspects run with the others, and every message in flight on a
+   * process that dies is counted a crash.
+   * @default true
+   */
+  isolateCrashSuspects?: boolean;
 };
 
 const DEFAULT_MAX_ATTEMPTS = 5;
@@ -91,6 +104,8 @@ export class IdempotentConsumer<Tx = unknown> {
   private readonly waitMs: number;
   /** The attempt policy of a message whose source counts no deliveries (the store counts). */
   private readonly policy: AttemptPolicy<Tx>;
+  /** protocol.md K23 5: crash suspects run alone; `undefined` when `isolateCrashSuspects` is off. */
+  private readonly gate: CrashSuspectGate | undefined;
 
   /** @throws {InvalidOptionError} for a missing store or scope, or out-of-range numbers. */
   constructor(options: ConsumerOptions<Tx>) {
@@ -115,6 +130,7 @@ export class IdempotentConsumer<Tx = unknown> {
     if (typeof inProgress === 'number' && !(inProgress >= 0)) throw new InvalidOptionError('idem: inProgressDelayMs must be >= 0');
     this.inProgressDelay =
       typeof inProgress === 'function' ? inProgress : typeof inProgress === 'number' ? () => inProgress : (n) => Math.min(5000, 100 * 2 ** Math.max(0, n - 1));
+    this.gate = options.isolateCrashSuspects === false ? undefined : new CrashSuspectGate(this.engine.leaseMs);
   }
 
   /**
@@ -142,6 +158,7 @@ export class IdempotentConsumer<Tx = unknown> {
     // or DynamoDB stream) leaves `attempt` out, and the key's own count in the store is the only one.
     const policy: AttemptPolicy<Tx> = message.attempt !== undefined ? { maxAttempts: this.maxAttempts, deliveries: attempt } : this.policy;
     let end: RunOutcome;
+    const leave = await this.enterGate(key, attempt);
     try {
       // protocol.md K18: a duplicate in flight waits for the result where the store can wake
       // it (the engine asks `subscribe`, so a store gaining it later waits too), else comes back soon.
@@ -160,8 +177,30 @@ export class IdempotentConsumer<Tx = unknown> {
       }
       // protocol.md H17 for messages: fail closed, the message comes back.
       return { action: 'retry', reason: 'store-unavailable', delayMs: this.retryDelay(attempt), error };
+    } finally {
+      leave();
     }
     return this.disposition(end, attempt, message.givenBack ?? 0);
+  }
+
+  /**
+   * protocol.md K23 5: a crash suspect (a redelivery whose key is `started` with its lease run
+   * out: its worker died holding it, or released it after a throw, which `get` cannot tell
+   * apart) enters as the writer and runs alone; any other delivery as a reader. A failed read
+   * enters as a reader: the claim then fails closed as usual.
+   */
+  private async enterGate(key: string, attempt: number): Promise<() => void> {
+    if (!this.gate) return () => undefined;
+    let suspect = false;
+    if (attempt > 1) {
+      try {
+        const record = await this.engine.store.get(this.scope, key, this.engine.retentionMs);
+        suspect = record?.state === 'started' && record.leaseExpired;
+      } catch {
+        // the store is unreachable: the claim that follows fails closed
+      }
+    }
+    return suspect ? this.gate.write() : this.gate.read();
   }
 
   /**
