@@ -48,7 +48,6 @@ export class CrashSuspectGate {
     };
     // A hold past the bound (a hung handler) stops blocking the others; its release is then a no-op.
     const timer = setTimeout(end, this.boundMs);
-    timer.unref?.();
     return end;
   }
 
