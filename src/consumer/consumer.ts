@@ -106,6 +106,8 @@ export class IdempotentConsumer<Tx = unknown> {
   private readonly policy: AttemptPolicy<Tx>;
   /** protocol.md K23 5: crash suspects run alone; `undefined` when `isolateCrashSuspects` is off. */
   private readonly gate: CrashSuspectGate | undefined;
+  /** The keys this consumer has in flight, with their deliveries: a key held here is no dead worker's. */
+  private readonly holding = new Map<string, number>();
 
   /** @throws {InvalidOptionError} for a missing store or scope, or out-of-range numbers. */
   constructor(options: ConsumerOptions<Tx>) {
@@ -192,7 +194,8 @@ export class IdempotentConsumer<Tx = unknown> {
   private async enterGate(key: string, attempt: number): Promise<() => void> {
     if (!this.gate) return () => undefined;
     let suspect = false;
-    if (attempt > 1) {
+    // A key in flight on this consumer is not a dead worker's (e.g. a handler here that outlived its lease).
+    if (attempt > 1 && !this.holding.has(key)) {
       try {
         const record = await this.engine.store.get(this.scope, key, this.engine.retentionMs);
         suspect = record?.state === 'started' && record.leaseExpired;
@@ -200,7 +203,14 @@ export class IdempotentConsumer<Tx = unknown> {
         // the store is unreachable: the claim that follows fails closed
       }
     }
-    return suspect ? this.gate.write() : this.gate.read();
+    this.holding.set(key, (this.holding.get(key) ?? 0) + 1);
+    const release = await (suspect ? this.gate.write() : this.gate.read());
+    return () => {
+      release();
+      const n = (this.holding.get(key) ?? 1) - 1;
+      if (n > 0) this.holding.set(key, n);
+      else this.holding.delete(key);
+    };
   }
 
   /**
