@@ -11,5 +11,6 @@ export {
   type IdempotentExecuteOptions,
   type ToolCallOptions,
 } from './execute.js';
+export { IdempotencyError } from '../core/errors.js';
 export { FunctionContext } from '../function/context.js';
 export { KeyInProgressError, KeyMismatchError, StoredFailureError } from '../function/errors.js';
