@@ -49,9 +49,11 @@ function refunds(h: StoreHarness, options: { gate?: Promise<void>; entered?: () 
       execute: idempotentExecute(
         'create_refund',
         async (input: z.infer<typeof refundInput>, { toolCallId }, ctx) => {
-          runs++;
-          options.entered?.();
-          await options.gate;
+          // Only the first run waits at the gate: a second run (a broken key) answers at once and fails the test.
+          if (++runs === 1) {
+            options.entered?.();
+            await options.gate;
+          }
           const refund = await ctx.phase('refund', h.effect(`refund ${input.orderId} ${input.cents}`));
           return { refundId: `re_${toolCallId}`, note: refund.note };
         },
