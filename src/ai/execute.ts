@@ -51,8 +51,12 @@ export type IdempotentExecuteOptions<I, O, C, Tx = unknown> = ({ engine: Idempot
   codec?: ResultCodec<O>;
 };
 
-/** A tool's `execute` under idem: the framework's input and options, and the attempt's context third (`ctx.phase`, `ctx.call`). */
-export type IdempotentExecuteFunction<I, O, C, Tx = unknown> = (input: I, options: C, ctx: FunctionContext<Tx, O>) => O | PromiseLike<O>;
+/**
+ * A tool's `execute` under idem: the framework's input and options, and the attempt's context
+ * third (`ctx.phase`, `ctx.call`). The context is not typed by the output, so that TypeScript
+ * infers the output from what `execute` returns.
+ */
+export type IdempotentExecuteFunction<I, O, C, Tx = unknown> = (input: I, options: C, ctx: FunctionContext<Tx>) => O | PromiseLike<O>;
 
 /** The wrapped `execute`: the framework's own shape, at most once in effect per key. */
 export interface IdempotentExecute<I, O, C> {
