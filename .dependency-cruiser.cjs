@@ -10,9 +10,11 @@
  */
 
 /** The framework and runtime surfaces: each is glue over the HTTP core or the consumer. */
-const SURFACES = ['hono', 'express', 'fastify', 'nestjs', 'next', 'lambda', 'koa', 'amqp', 'nats', 'function', 'webhooks', 'mcp'];
+const SURFACES = ['hono', 'express', 'fastify', 'nestjs', 'next', 'lambda', 'koa', 'amqp', 'nats', 'function', 'webhooks', 'mcp', 'ai'];
 /** Surfaces that are a thin layer on `idempotent(fn)` (protocol.md K48): they may import src/function, no other surface. */
-const FUNCTION_SURFACES = ['mcp'];
+const FUNCTION_SURFACES = ['mcp', 'ai'];
+/** The key of an agent's tool call, neutral of the framework (protocol.md K48): shared by the tool surfaces, on core only. */
+const TOOL_CALL = ['tool-call'];
 /** The stores and the drivers of PostgresStore. */
 const STORES = ['postgres', 'postgresjs', 'kysely', 'prisma', 'drizzle', 'mysql', 'redis', 'memory'];
 /** What only an application or the CLI puts together. */
@@ -103,6 +105,13 @@ module.exports = {
       comment: 'A tool surface is a thin layer on idempotent(fn): it imports src/function and no other surface.',
       from: { path: `^src/(${FUNCTION_SURFACES.join('|')})/` },
       to: { path: dirs(SURFACES), pathNot: ['^src/$1/', '^src/function/'] },
+    },
+    {
+      name: 'tool-call-keys-on-core',
+      severity: 'error',
+      comment: 'src/tool-call (the tool surfaces\' shared key) imports only src/core: no engine, surface or framework.',
+      from: { path: dirs(TOOL_CALL) },
+      to: { path: outside(['core', ...TOOL_CALL]) },
     },
     {
       name: 'nothing-imports-the-cli',

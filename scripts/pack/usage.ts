@@ -49,6 +49,7 @@ import { withIdempotency as withNextIdempotency } from 'idem/next';
 import { sqsBatch } from 'idem/lambda';
 import { github, webhookReceiver } from 'idem/webhooks';
 import { idempotentTool, KEY_META } from 'idem/mcp';
+import { idempotentExecute, KeyMismatchError as ToolKeyMismatchError } from 'idem/ai';
 import { openTelemetry } from 'idem/otel';
 import { forgetKey, releaseKey, type OperatorOutcome } from 'idem/operator';
 import { idempotencyComponents, withIdempotency } from 'idem/openapi';
@@ -257,6 +258,16 @@ idempotentTool(
   },
   { store: new MemoryStore(), keyFields: [] },
 );
+
+// An agent tool's execute (AI SDK, OpenAI Agents JS, LangChain JS) run once per intent.
+const refundExecute = idempotentExecute(
+  'create_refund',
+  async (input: { orderId: string; cents: number }, _options, ctx) => ctx.phase('refund', async () => ({ refunded: input.cents })),
+  { store: new MemoryStore(), principal: 'user-1', keyFields: ['orderId', 'cents'] },
+);
+const refundOutput: { refunded: number } = await refundExecute({ orderId: 'o-1', cents: 5 }, { toolCallId: 'call_1', messages: [] });
+void refundOutput;
+void ToolKeyMismatchError;
 
 // MySQL / MariaDB on a mysql2 promise pool: a phase's tx is the pool's own PoolConnection.
 const mysqlStore = new MySqlStore({ client: mysql.createPool({ uri: 'mysql://root@127.0.0.1:3306/test' }), storeTimeoutMs: 5000 });

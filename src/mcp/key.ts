@@ -1,22 +1,14 @@
-import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
-import { InvalidKeyError, InvalidOptionError } from '../core/errors.js';
+import { InvalidOptionError } from '../core/errors.js';
+import { checkKeyFields, keyArgumentOf, type ToolKeyFields, toolKey } from '../tool-call/key.js';
 import type { ToolExtra } from './types.js';
+
+export { toolFingerprint } from '../tool-call/key.js';
 
 /** Where a client puts its key in a `tools/call` request: `params._meta` (protocol.md K48). */
 export const KEY_META = 'dev.idem/idempotency-key';
 
 /** How a tool call's key is found (protocol.md K48). */
-export interface ToolKeyOptions {
-  /**
-   * The arguments a derived key is made of (when the call sends no key): the tool's name, the
-   * version and these arguments' values, e.g. `['orderId', 'amount']`. Name the arguments that
-   * say what the call is meant to do, never a per-turn id.
-   * @default every argument
-   */
-  keyFields?: readonly string[];
-  /** Part of a derived key: bump it when the same arguments should mean a new call. @default '1' */
-  version?: string;
+export interface ToolKeyOptions extends ToolKeyFields {
   /**
    * An argument of the tool that carries the caller's key (e.g. `'idempotencyKey'`, declared in
    * the `inputSchema`). Its value is the key, and it is not part of the fingerprint. The
@@ -32,15 +24,10 @@ export interface ToolKeyOptions {
 
 /** @throws {InvalidOptionError} for keyFields, version or keyArgument of the wrong type */
 export function checkKeyOptions(options: ToolKeyOptions): void {
-  const { keyFields, version, keyArgument, principal } = options;
-  if (keyFields !== undefined && !(Array.isArray(keyFields) && keyFields.every((f) => typeof f === 'string' && f.length > 0))) {
-    throw new InvalidOptionError('idem: keyFields must be an array of argument names');
+  checkKeyFields(options);
+  if (options.principal !== undefined && typeof options.principal !== 'function') {
+    throw new InvalidOptionError('idem: principal must be a function of the extra');
   }
-  if (version !== undefined && typeof version !== 'string') throw new InvalidOptionError('idem: version must be a string');
-  if (keyArgument !== undefined && !(typeof keyArgument === 'string' && keyArgument.length > 0)) {
-    throw new InvalidOptionError('idem: keyArgument must be the name of an argument');
-  }
-  if (principal !== undefined && typeof principal !== 'function') throw new InvalidOptionError('idem: principal must be a function of the extra');
 }
 
 /**
@@ -51,47 +38,14 @@ export function checkKeyOptions(options: ToolKeyOptions): void {
  * @throws {InvalidKeyError} the client sent a key that is not a non-empty string
  */
 export function toolCallKey(tool: string, args: Record<string, unknown>, extra: ToolExtra, options: ToolKeyOptions): string {
-  const principal = (options.principal ?? defaultPrincipal)(extra) ?? null;
-  if (principal !== null && typeof principal !== 'string') throw new InvalidKeyError('idem: the principal must be a string');
+  const principal = (options.principal ?? defaultPrincipal)(extra);
   const fromMeta = extra._meta?.[KEY_META];
-  const fromArgument = options.keyArgument === undefined ? undefined : args[options.keyArgument];
-  const sent = fromMeta !== undefined ? fromMeta : fromArgument;
-  if (sent !== undefined) {
-    if (typeof sent !== 'string' || sent.length === 0) {
-      throw new InvalidKeyError(
-        `The idempotency key of a tool call must be a non-empty string (_meta["${KEY_META}"]${options.keyArgument ? ` or the argument "${options.keyArgument}"` : ''})`,
-      );
-    }
-    return scoped(principal, 'key', sent);
-  }
-  const fingerprint = toolFingerprint(args, options);
-  const selected = options.keyFields ? pick(fingerprint, options.keyFields) : fingerprint;
-  const derived = createHash('sha256')
-    .update(canonicalize({ tool, version: options.version ?? '1', arguments: selected }) ?? 'null')
-    .digest('hex');
-  return scoped(principal, 'derived', derived);
+  const sent = fromMeta !== undefined ? fromMeta : keyArgumentOf(args, options);
+  const where = `_meta["${KEY_META}"]${options.keyArgument ? ` or the argument "${options.keyArgument}"` : ''}`;
+  return toolKey(tool, args, principal, sent, options, where);
 }
 
 /** The SDK's authenticated client: `authInfo.clientId`. */
 function defaultPrincipal(extra: ToolExtra): string | undefined {
   return extra.authInfo?.clientId;
-}
-
-/** One string per (principal, kind, key): canonical JSON, so no two triples share it (mapped by K47 where long). */
-function scoped(principal: string | null, kind: 'key' | 'derived', key: string): string {
-  return canonicalize([principal, kind, key]) as string;
-}
-
-/** What must be the same under one key (protocol.md K2): every argument but the key argument. */
-export function toolFingerprint(args: Record<string, unknown>, options: ToolKeyOptions): Record<string, unknown> {
-  const keyArgument = options.keyArgument;
-  if (keyArgument === undefined || !(keyArgument in args)) return args;
-  const { [keyArgument]: _key, ...rest } = args;
-  return rest;
-}
-
-function pick(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
-  const picked: Record<string, unknown> = {};
-  for (const field of fields) if (field in args) picked[field] = args[field];
-  return picked;
 }
