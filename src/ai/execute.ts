@@ -20,7 +20,7 @@ export interface ToolCallOptions {
 export type IdempotentExecuteOptions<I, O, C, Tx = unknown> = ({ engine: IdempotencyEngine<Tx> } | EngineOptions<Tx>) & {
   /**
    * Who calls (the signed-in user, the tenant, the conversation): part of every key, so one
-   * principal never replays another's result (protocol.md K48). Required: a string when the
+   * principal never replays another's result (protocol.md K49). Required: a string when the
    * tool is made per request, a function of the call, or `null` for one principal on purpose.
    */
   principal: string | null | ((input: I, options: C) => string | null | undefined);
@@ -70,7 +70,7 @@ const OWN_KEYS = ['principal', 'key', 'keyArgument', 'keyFields', 'version', 'sc
 /**
  * Wraps a tool's `execute(input, options)` (the AI SDK's `tool({ execute })`, OpenAI Agents
  * JS's `tool({ execute })`, LangChain JS's `tool(fn)`) so its side effect runs once per key
- * (protocol.md K48), on `idempotent(fn)`.
+ * (protocol.md K49), on `idempotent(fn)`.
  *
  * - The key: `key(input, options)`, else the `keyArgument` field, else derived from the tool's
  *   name, `version` and the `keyFields`. Always scoped by the `principal`. Never `toolCallId`.

@@ -1,6 +1,6 @@
 /**
  * `idem/mcp`: MCP tools whose side effect runs once per key, for servers built with
- * `@modelcontextprotocol/sdk` (protocol.md K48). Register a tool through idem
+ * `@modelcontextprotocol/sdk` (protocol.md K49). Register a tool through idem
  * ({@link idempotentTool}) or wrap its handler ({@link idempotentToolHandler}); a retried
  * `tools/call` replays the stored result. See docs/guides/mcp.md.
  */

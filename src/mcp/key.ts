@@ -4,10 +4,10 @@ import type { ToolExtra } from './types.js';
 
 export { toolFingerprint } from '../tool-call/key.js';
 
-/** Where a client puts its key in a `tools/call` request: `params._meta` (protocol.md K48). */
+/** Where a client puts its key in a `tools/call` request: `params._meta` (protocol.md K49). */
 export const KEY_META = 'dev.idem/idempotency-key';
 
-/** How a tool call's key is found (protocol.md K48). */
+/** How a tool call's key is found (protocol.md K49). */
 export interface ToolKeyOptions extends ToolKeyFields {
   /**
    * An argument of the tool that carries the caller's key (e.g. `'idempotencyKey'`, declared in
@@ -31,7 +31,7 @@ export function checkKeyOptions(options: ToolKeyOptions): void {
 }
 
 /**
- * The key of one tool call (protocol.md K48): the client's (from `_meta` or the key argument),
+ * The key of one tool call (protocol.md K49): the client's (from `_meta` or the key argument),
  * else the SHA-256 of the canonical JSON (RFC 8785) of the tool's name, the version and the
  * selected arguments. Either way scoped by the principal, so two principals never share a key.
  *

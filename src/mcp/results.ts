@@ -2,14 +2,14 @@ import type { IdempotencyError } from '../core/errors.js';
 import { KeyInProgressError, StoredFailureError } from '../function/errors.js';
 import type { CallToolResult } from './types.js';
 
-/** `_meta` of a replayed result: `true` (protocol.md K48). */
+/** `_meta` of a replayed result: `true` (protocol.md K49). */
 export const REPLAYED_META = 'dev.idem/replayed';
 /** `_meta` of an error result idem answers: its stable code, e.g. `IDEM_KEY_MISMATCH`. */
 export const CODE_META = 'dev.idem/code';
 /** `_meta` of an in-progress answer: when to call again, in ms. */
 export const RETRY_AFTER_META = 'dev.idem/retry-after-ms';
 
-/** The code of a stored error result for a tool result the JSON codec cannot encode (protocol.md K48). */
+/** The code of a stored error result for a tool result the JSON codec cannot encode (protocol.md K49). */
 export const RESULT_UNENCODABLE = 'IDEM_TOOL_RESULT_UNENCODABLE';
 
 /** A replay: the stored result as it was, with the replay marker added to its `_meta`. */

@@ -65,7 +65,7 @@ class ReleasedResult extends Error {
 const ENGINE_KEYS = ['scope', 'keyFields', 'version', 'keyArgument', 'principal', 'waitMs', 'errorResults', 'maxAttempts'] as const;
 
 /**
- * Wraps a tool handler so its side effect runs once per key (protocol.md K48): give the result
+ * Wraps a tool handler so its side effect runs once per key (protocol.md K49): give the result
  * to `server.registerTool(name, config, …)` yourself (and set `annotations.idempotentHint`),
  * or use {@link idempotentTool}, which does both.
  *
@@ -102,7 +102,7 @@ export function idempotentToolHandler<A extends Record<string, unknown>, Tx = un
       try {
         JSON.stringify(result);
       } catch (error) {
-        // Fail closed (protocol.md K48): the effect happened, so the key is finished, but with
+        // Fail closed (protocol.md K49): the effect happened, so the key is finished, but with
         // an error result in place of the one JSON cannot hold; no retry runs the tool again.
         return unencodableResult(error);
       }
@@ -134,7 +134,7 @@ export function idempotentToolHandler<A extends Record<string, unknown>, Tx = un
 }
 
 /**
- * Registers a tool whose side effect runs once per key (protocol.md K48): `server.registerTool`
+ * Registers a tool whose side effect runs once per key (protocol.md K49): `server.registerTool`
  * with the handler wrapped by {@link idempotentToolHandler} and `annotations.idempotentHint: true`
  * (unless the config sets it).
  *

@@ -1,13 +1,13 @@
 /**
  * The key and fingerprint of an agent's tool call, neutral of the framework that calls the tool
- * (protocol.md K48): idem/mcp and idem/ai both find the key here, so one intent has one key
+ * (protocol.md K49): idem/mcp and idem/ai both find the key here, so one intent has one key
  * whichever surface runs it.
  */
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { InvalidKeyError, InvalidOptionError } from '../core/errors.js';
 
-/** How a tool call's key is made from its arguments (protocol.md K48). */
+/** How a tool call's key is made from its arguments (protocol.md K49). */
 export interface ToolKeyFields {
   /**
    * The arguments a derived key is made of (when the call sends no key): the tool's name, the
@@ -38,7 +38,7 @@ export function checkKeyFields(options: ToolKeyFields): void {
 }
 
 /**
- * The key of one tool call (protocol.md K48): `sent` (the caller's key, from wherever the
+ * The key of one tool call (protocol.md K49): `sent` (the caller's key, from wherever the
  * surface reads it), else the SHA-256 of the canonical JSON (RFC 8785) of the tool's name, the
  * version and the selected arguments. Either way scoped by the principal, so two principals
  * never share a key.
