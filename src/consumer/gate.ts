@@ -12,6 +12,8 @@
  */
 export class CrashSuspectGate {
   private readonly holders = new Map<number, 'read' | 'write'>();
+  /** Whether the writer holds the gate now (at most one does). */
+  private writing = false;
   private readonly queue: Array<{ write: boolean; grant: () => void }> = [];
   private next = 0;
 
@@ -42,9 +44,12 @@ export class CrashSuspectGate {
   private hold(write: boolean): () => void {
     const id = this.next++;
     this.holders.set(id, write ? 'write' : 'read');
+    if (write) this.writing = true;
     const end = () => {
       clearTimeout(timer);
-      if (this.holders.delete(id)) this.pump();
+      if (!this.holders.delete(id)) return;
+      if (write) this.writing = false;
+      this.pump();
     };
     // A hold past the bound (a hung handler) stops blocking the others; its release is then a no-op.
     const timer = setTimeout(end, this.boundMs);
@@ -55,8 +60,7 @@ export class CrashSuspectGate {
   private pump(): void {
     while (this.queue.length > 0) {
       const head = this.queue[0]!;
-      const writing = [...this.holders.values()].includes('write');
-      if (writing || (head.write && this.holders.size > 0)) return;
+      if (this.writing || (head.write && this.holders.size > 0)) return;
       this.queue.shift();
       head.grant();
     }
