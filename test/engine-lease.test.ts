@@ -112,9 +112,10 @@ engineSuite((s) => {
 
   describe('heartbeat', () => {
     it('keeps a lease alive past leaseMs', async () => {
-      const engine = makeEngine({ leaseMs: 300, heartbeatMs: 80 });
+      // Periods a loaded two-core machine keeps: ten heartbeats in each lease.
+      const engine = makeEngine({ leaseMs: 1000, heartbeatMs: 100 });
       const x = executionOf(await begin(engine));
-      await sleep(700);
+      await sleep(2000);
       const concurrent = await begin(engine);
       assert.equal(concurrent.kind, 'in-progress');
       assert.equal((await record())?.leaseExpired, false);
@@ -122,15 +123,15 @@ engineSuite((s) => {
     });
 
     it('stops extending after maxExecutionMs, so another worker can take over', async () => {
-      const engine = makeEngine({ leaseMs: 300, heartbeatMs: 60, maxExecutionMs: 450 });
+      const engine = makeEngine({ leaseMs: 1000, heartbeatMs: 100, maxExecutionMs: 1500 });
       const started = Date.now();
       const x = executionOf(await begin(engine));
-      await sleep(400);
+      await sleep(1200);
       assert.equal((await begin(engine)).kind, 'in-progress', 'the heartbeat ran past the first lease');
       const y = await takeOver(engine);
       const elapsed = Date.now() - started;
       assert.ok(y.token > x.token, `takeover token ${y.token} must exceed ${x.token}`);
-      assert.ok(elapsed >= 450, `taken over after ${elapsed} ms, before maxExecutionMs`);
+      assert.ok(elapsed >= 1500, `taken over after ${elapsed} ms, before maxExecutionMs`);
       await assert.rejects(
         x.phase('late', async () => 1),
         LeaseLostError,

@@ -24,13 +24,14 @@ describe('replayed headers', () => {
       body: bytes('{}'),
     };
     const headers = replayHeaders(stored);
-    assert.deepEqual(Object.keys(headers), ['constructor', 'tostring', '__proto__', 'x-a', 'idempotent-replayed']);
+    assert.deepEqual(Object.keys(headers), ['constructor', 'tostring', '__proto__', 'x-a', 'idempotent-replayed', 'idem-operation-state']);
     assert.deepEqual(Object.entries(headers), [
       ['constructor', 'c'],
       ['tostring', 't'],
       ['__proto__', 'p'],
       ['x-a', '1, 2'],
       ['idempotent-replayed', 'true'],
+      ['idem-operation-state', 'completed'],
     ]);
     assert.equal(Object.getPrototypeOf(headers), Object.prototype, '__proto__ was defined as a key, not set as the prototype');
     assert.equal(replayResponse(stored).headers.get('x-a'), '1, 2');
@@ -69,7 +70,12 @@ describe('replayed headers', () => {
       for (let i = 0; i < 3; i++) cachedReplayResponse(stored);
       assert.equal(kept.length, 3);
       assert.notEqual(kept[0], kept[1], 'each replay gets its own record');
-      assert.deepEqual(kept[2], { 'content-type': 'application/json', 'idempotent-replayed': 'true', 'Content-Length': '11' });
+      assert.deepEqual(kept[2], {
+        'content-type': 'application/json',
+        'idempotent-replayed': 'true',
+        'idem-operation-state': 'completed',
+        'Content-Length': '11',
+      });
     } finally {
       globalThis.Response = real;
     }

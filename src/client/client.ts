@@ -9,7 +9,7 @@ import { GaveUpError, InvalidClientOptionError, UnknownIntentError } from './err
 import { base64ToBytes, bytesToBase64, CREDENTIAL_HEADERS, type IntentRecord, type IntentStore } from './intent.js';
 import { MemoryIntentStore } from './memory-store.js';
 import { type IdempotentClientOptions, type IdempotentResponse, type ResolvedOptions, type ResumeResult, resolveOptions } from './options.js';
-import { decorate, isReplay, notify, type Outcome, rebuild, sleep } from './responses.js';
+import { decorate, isReplay, notify, operationStateOf, type Outcome, rebuild, sleep, spentButNotApplied } from './responses.js';
 import { classifyStatus, fullJitterDelayMs, parseRetryAfterMs } from './retry-policy.js';
 
 export type { GiveUpEvent, HeadersLike, IdempotentClientOptions, IdempotentResponse, ResumeResult, RetryEvent } from './options.js';
@@ -138,12 +138,15 @@ export class IdempotentClient {
   async send(key: string, options: { signal?: AbortSignal } = {}): Promise<IdempotentResponse> {
     if (this.#inFlight.has(key)) throw new TypeError(`intent ${key} is already being sent by this client`);
     this.#inFlight.add(key);
+    let intent: IntentRecord | undefined;
     try {
-      const intent = await this.store.get(key);
+      intent = await this.store.get(key);
       if (!intent) throw new UnknownIntentError(key);
       return await this.#run(intent, options.signal);
     } finally {
       this.#inFlight.delete(key);
+      // A key renewed on the way (newKeyWhenSafe) was in flight too.
+      if (intent) this.#inFlight.delete(intent.key);
     }
   }
 
@@ -201,7 +204,10 @@ export class IdempotentClient {
       if ('response' in last) {
         const { response } = last;
         status = response.status;
-        if (classifyStatus(status, isReplay(response)) === 'final') {
+        if (this.#o.newKeyWhenSafe && spentButNotApplied(response)) {
+          // The server said the key is spent on a failure that applied nothing (protocol.md H41).
+          await this.#renewKey(intent);
+        } else if (classifyStatus(status, isReplay(response)) === 'final') {
           await this.#finish(intent, 'done', status);
           return decorate(response, intent.key, intent.attempts);
         }
@@ -271,6 +277,24 @@ export class IdempotentClient {
     }
   }
 
+  /**
+   * Moves the intent to a new key: the record under the new key is durable before the old one
+   * is deleted, and before anything is sent with it. A crash between the two leaves both; the
+   * old one only replays its stored failure again when resumed.
+   */
+  async #renewKey(intent: IntentRecord): Promise<void> {
+    const old = intent.key;
+    intent.previousKeys = [...(intent.previousKeys ?? []), old];
+    intent.key = this.#o.generateKey();
+    intent.updatedAt = Date.now();
+    this.#inFlight.add(intent.key);
+    await this.store.put(intent);
+    await this.store.delete(old);
+    const born = this.#bornAt.get(old);
+    this.#bornAt.delete(old);
+    if (born !== undefined) this.#bornAt.set(intent.key, born);
+  }
+
   async #finish(intent: IntentRecord, state: 'done' | 'gave-up', finalStatus?: number): Promise<void> {
     intent.state = state;
     intent.updatedAt = Date.now();
@@ -288,6 +312,7 @@ export class IdempotentClient {
       attempts: intent.attempts,
       reason,
       ...(lastResponse ? { status: lastResponse.status } : last && 'error' in last ? { error: last.error } : {}),
+      ...(lastResponse && operationStateOf(lastResponse) ? { operationState: operationStateOf(lastResponse) } : {}),
       intent: structuredClone(intent),
     });
     if (lastResponse) return decorate(lastResponse, intent.key, intent.attempts);

@@ -37,6 +37,8 @@ export interface IntentRecord {
   updatedAt: number;
   /** The final response's status once `state` is `done`. */
   finalStatus?: number;
+  /** Keys this intent was sent under before `key`, oldest first: renewed only when the server said a new key was safe (`newKeyWhenSafe`). */
+  previousKeys?: string[];
 }
 
 /**

@@ -1,5 +1,6 @@
 /** The options, events and results of `IdempotentClient`, and the options' defaults and checks. */
 import { DEFAULT_KEY_HEADER } from '../core/constants.js';
+import type { OperationState } from '../core/next-step.js';
 import { HorizonExceedsRetentionError, InvalidClientOptionError } from './errors.js';
 import type { IntentRecord, IntentStore } from './intent.js';
 
@@ -11,6 +12,13 @@ export type IdempotentResponse = Response & {
   readonly idempotencyKey: string | null;
   /** Attempts made for this intent over its whole life (also before a restart). */
   readonly attempts: number;
+  /**
+   * The server's next-step signal (`Idem-Operation-State`, protocol.md H41), when it sent one:
+   * `completed` on a replay, and on idem's own problems what the client may do next.
+   */
+  readonly operationState: OperationState | undefined;
+  /** True only when the server said `not-applied`: sending the request again under a new key cannot apply it twice. */
+  readonly safeNewKey: boolean;
 };
 
 /** Passed to `onRetry` before the client waits and sends the intent again. */
@@ -37,6 +45,8 @@ export interface GiveUpEvent {
   status?: number;
   /** The last network error or timeout, when it did not. */
   error?: unknown;
+  /** The last response's next-step signal (protocol.md H41), when it carried one; none means the work may have been applied. */
+  operationState?: OperationState;
   /** The intent as it was when the client gave up (its record is then deleted). */
   intent: IntentRecord;
 }
@@ -93,6 +103,15 @@ export interface IdempotentClientOptions {
   onGiveUp?: (event: GiveUpEvent) => void;
   /** Random source in [0, 1) for the jitter. @default Math.random */
   random?: () => number;
+  /**
+   * When a replay says the key is spent on a failure that applied nothing (a stored
+   * `request-failed-permanently` with `Idem-Operation-State: not-applied`, protocol.md H41),
+   * mint a new key for the intent and go on sending it, within the same horizon. The new key is
+   * persisted before it is sent; the old ones are kept in `previousKeys`. Never on any other
+   * answer: a key is renewed only when the server says that a new one is safe.
+   * @default false (the replayed failure is returned, with `safeNewKey: true`)
+   */
+  newKeyWhenSafe?: boolean;
 }
 
 /** What `new Headers(...)` takes: a record, an array of pairs or a `Headers` (the DOM's `HeadersInit`). */
@@ -102,7 +121,16 @@ export type HeadersLike = ConstructorParameters<typeof Headers>[0];
 export type ResolvedOptions = Required<
   Pick<
     IdempotentClientOptions,
-    'maxAttempts' | 'maxElapsedMs' | 'attemptTimeoutMs' | 'baseDelayMs' | 'maxDelayMs' | 'keyHeader' | 'generateKey' | 'persistCredentials' | 'random'
+    | 'maxAttempts'
+    | 'maxElapsedMs'
+    | 'attemptTimeoutMs'
+    | 'baseDelayMs'
+    | 'maxDelayMs'
+    | 'keyHeader'
+    | 'generateKey'
+    | 'persistCredentials'
+    | 'random'
+    | 'newKeyWhenSafe'
   >
 >;
 
@@ -122,6 +150,7 @@ export function resolveOptions(options: IdempotentClientOptions): ResolvedOption
     generateKey: options.generateKey ?? (() => crypto.randomUUID()),
     persistCredentials: options.persistCredentials ?? false,
     random: options.random ?? Math.random,
+    newKeyWhenSafe: options.newKeyWhenSafe ?? false,
   };
   const serverRetentionMs = options.serverRetentionMs ?? 86_400_000;
   if (!Number.isInteger(o.maxAttempts) || o.maxAttempts < 1) throw new InvalidClientOptionError(`maxAttempts must be an integer >= 1, got ${o.maxAttempts}`);

@@ -1,5 +1,6 @@
 /** What the client does with a response: read it whole, mark it, and the small helpers of its retry loop. */
 import { REPLAYED_HEADER } from '../core/constants.js';
+import { isSafeNewKey, OPERATION_STATE_HEADER, type OperationState, parseOperationState } from '../core/next-step.js';
 import type { IdempotentResponse } from './options.js';
 
 /** Statuses whose Response may not carry a body (Fetch standard, "null body status"). */
@@ -13,12 +14,28 @@ export function isReplay(response: Response): boolean {
   return response.headers.get(REPLAYED_HEADER)?.trim().toLowerCase() === 'true';
 }
 
-/** The response with the client's fields (`replayed`, `idempotencyKey`, `attempts`) added. */
+/** The server's next-step signal on `response` (protocol.md H41), or `undefined`. */
+export function operationStateOf(response: Response): OperationState | undefined {
+  return parseOperationState(response.headers.get(OPERATION_STATE_HEADER));
+}
+
+/**
+ * True when the key is spent on an outcome that applied nothing: a replayed failure the server
+ * marked `not-applied`. Only then may the client renew the key (`newKeyWhenSafe`).
+ */
+export function spentButNotApplied(response: Response): boolean {
+  return !response.ok && isReplay(response) && isSafeNewKey(operationStateOf(response));
+}
+
+/** The response with the client's fields (`replayed`, `idempotencyKey`, `attempts`, the next step) added. */
 export function decorate(response: Response, key: string | null, attempts: number): IdempotentResponse {
+  const operationState = operationStateOf(response);
   return Object.defineProperties(response, {
     replayed: { value: isReplay(response), enumerable: true },
     idempotencyKey: { value: key, enumerable: true },
     attempts: { value: attempts, enumerable: true },
+    operationState: { value: operationState, enumerable: true },
+    safeNewKey: { value: isSafeNewKey(operationState), enumerable: true },
   }) as IdempotentResponse;
 }
 

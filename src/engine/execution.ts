@@ -69,6 +69,8 @@ export class Execution<Tx = unknown> {
   private timer: ReturnType<typeof setInterval> | undefined;
   private state: 'open' | 'done' | 'released' | 'lost' = 'open';
   private committed = 0;
+  /** Set once this attempt handed out a derived key (protocol.md H41). */
+  private derivedIssued = false;
   /** The last phase or call this attempt recorded. */
   private lastRecorded: string | undefined;
 
@@ -137,7 +139,19 @@ export class Execution<Tx = unknown> {
    */
   derivedKey(name: string): string {
     checkPhaseName(name);
+    this.derivedIssued = true;
     return deriveKey(this.scope, this.key, this.claimId, name);
+  }
+
+  /**
+   * True when a declared effect of this key may exist (protocol.md H41): a phase or call has
+   * committed, in this attempt or an earlier one; this attempt handed out a derived key, which a
+   * downstream system may have acted on; or this is a takeover, whose earlier attempts may have
+   * handed out derived keys that nothing recorded. False only when a new key would be as safe as
+   * this one.
+   */
+  get effectsMayExist(): boolean {
+    return this.workStarted || this.derivedIssued || this.resumed || this.failedAttempts !== undefined;
   }
 
   /** True when the phase `name` has committed (in this or an earlier attempt). */

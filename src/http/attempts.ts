@@ -8,6 +8,7 @@ import type { Execution } from '../engine/execution.js';
 import type { StoredResponse } from '../store/types.js';
 import { bodyResponse } from './response.js';
 import type { ResponseCapture } from './response.js';
+import { OperationState } from '../core/next-step.js';
 import { idemProblem, ProblemKind, type ProblemFormat } from './problem.js';
 
 /** What {@link HttpAttempts} needs of the HTTP core. */
@@ -33,7 +34,16 @@ export class HttpAttempts<Tx = unknown> {
       exhausted: (failed, execution) => this.captured(execution, this.permanentProblem(execution, failed)),
       storeFailure: settings.storeThrows
         ? (_error, execution) =>
-            this.captured(execution, this.problem(ProblemKind.ExecutionFailed, 500, 'The request failed. This outcome is stored for this idempotency key.'))
+            this.captured(
+              execution,
+              this.problem(
+                ProblemKind.ExecutionFailed,
+                500,
+                'The request failed. This outcome is stored for this idempotency key.',
+                undefined,
+                stateOf(execution),
+              ),
+            )
         : undefined,
     };
   }
@@ -62,17 +72,18 @@ export class HttpAttempts<Tx = unknown> {
     switch (end.kind) {
       case 'done':
       case 'failed-permanently':
-        return end.response ? this.sentFor(execution, end.response) : this.failed();
+        return end.response ? this.sentFor(execution, end.response) : this.failed(execution);
       case 'failed':
-        return end.stored ? this.sentFor(execution, end.stored) : this.failed();
+        return end.stored ? this.sentFor(execution, end.stored) : this.failed(execution);
       case 'lease-lost':
         return this.leaseLost();
       case 'store-unavailable':
+        // The handler returned and its response was not recorded: its work may stand.
         return error === undefined
           ? this.problem(ProblemKind.StoreUnavailable, 503, 'The response could not be recorded. Retry with the same key.', { 'retry-after': '1' })
-          : this.failed();
+          : this.failed(execution);
       case 'released':
-        return this.failed();
+        return this.failed(execution);
     }
   }
 
@@ -94,11 +105,13 @@ export class HttpAttempts<Tx = unknown> {
   }
 
   /** The 500 of a failed attempt that was released: the next one resumes (protocol.md K10). */
-  private failed(): Response {
+  private failed(execution: Execution<Tx>): Response {
     return this.problem(
       ProblemKind.ExecutionFailed,
       500,
       'The request failed before it completed. Retry with the same idempotency key; completed steps are not repeated.',
+      undefined,
+      stateOf(execution),
     );
   }
 
@@ -110,8 +123,11 @@ export class HttpAttempts<Tx = unknown> {
     const detail = execution.workStarted
       ? `The request failed on ${attempts} after some of its steps had completed (recovery point '${execution.recoveryPoint}'), and will not be tried again with this idempotency key. ` +
         'Their effects remain: check them before sending the request again with a new key, which would run every step again.'
-      : `The request failed on ${attempts} and will not be tried again with this idempotency key. Fix the request and send it with a new key.`;
-    return this.problem(ProblemKind.FailedPermanently, 500, detail);
+      : execution.effectsMayExist
+        ? `The request failed on ${attempts} and will not be tried again with this idempotency key. No step recorded a result, but an earlier attempt may have ` +
+          "called another system with one of this key's derived keys before it failed: unless the handler makes no such call, check before you fix the request and send it with a new key."
+        : `The request failed on ${attempts} and will not be tried again with this idempotency key. Fix the request and send it with a new key.`;
+    return this.problem(ProblemKind.FailedPermanently, 500, detail, undefined, stateOf(execution));
   }
 
   /** Captures `response` for storing; the copy to send is kept for {@link sentFor}. */
@@ -128,7 +144,12 @@ export class HttpAttempts<Tx = unknown> {
     return this.settings.withExpiry(sent, execution);
   }
 
-  private problem(kind: ProblemKind, status: number, detail: string, headers?: Record<string, string>): Response {
-    return idemProblem(kind, status, detail, this.settings.problems, headers);
+  private problem(kind: ProblemKind, status: number, detail: string, headers?: Record<string, string>, state?: OperationState): Response {
+    return idemProblem(kind, status, detail, this.settings.problems, headers, state);
   }
+}
+
+/** A failed attempt's next step (protocol.md H41): a new key is safe only when no declared effect of the key can exist. */
+function stateOf(execution: Execution<unknown>): OperationState {
+  return execution.effectsMayExist ? OperationState.MaybeApplied : OperationState.NotApplied;
 }

@@ -5,6 +5,8 @@
  * response without an `error` member as if it were a success).
  */
 
+import { isSafeNewKey, OPERATION_STATE_HEADER, OperationState } from '../core/next-step.js';
+
 /** The conditions idem reports, each with its own problem `type`. */
 export const ProblemKind = {
   MissingKey: 'idempotency-key-missing',
@@ -65,13 +67,44 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
 };
 
 /**
- * Builds an `application/problem+json` response for one of idem's conditions.
+ * The next step each condition tells a client where nothing more is known (protocol.md H41).
+ * A failed attempt's problems (`request-failed-retry`, `request-failed-permanently`) are
+ * worded from its execution instead: `not-applied` only when no declared effect can exist.
+ */
+const STATES: Record<ProblemKind, OperationState> = {
+  // No key, or none read: nothing of this request was claimed or run.
+  'idempotency-key-missing': OperationState.NotApplied,
+  'idempotency-key-invalid': OperationState.NotApplied,
+  // Refused before the key was read; a retry sends the same bytes and is refused the same way.
+  'request-too-large': OperationState.NotApplied,
+  'webhook-signature-invalid': OperationState.NotApplied,
+  'idempotency-key-reused': OperationState.KeyMismatch,
+  'request-in-progress': OperationState.MaybeApplied,
+  // The store cannot say whether an earlier request with this key ran.
+  'idempotency-store-unavailable': OperationState.MaybeApplied,
+  'request-failed-retry': OperationState.MaybeApplied,
+  'request-failed-permanently': OperationState.MaybeApplied,
+  'idempotency-lease-lost': OperationState.MaybeApplied,
+  'response-too-large-to-keep': OperationState.AppliedResultUnavailable,
+};
+
+/**
+ * Builds an `application/problem+json` response for one of idem's conditions, with the
+ * next-step signal (protocol.md H41).
  *
  * @param status the HTTP status, repeated as `status` in the body
  * @param headers extra headers, e.g. `Retry-After`
+ * @param state the next step, where the caller knows more than the condition's default
  */
-export function idemProblem(kind: ProblemKind, status: number, detail: string, format: ProblemFormat = {}, headers: Record<string, string> = {}): Response {
-  const parts = idemProblemParts(kind, status, detail, format, headers);
+export function idemProblem(
+  kind: ProblemKind,
+  status: number,
+  detail: string,
+  format: ProblemFormat = {},
+  headers: Record<string, string> = {},
+  state?: OperationState,
+): Response {
+  const parts = idemProblemParts(kind, status, detail, format, headers, state);
   return new Response(parts.text, { status, headers: parts.headers });
 }
 
@@ -82,12 +115,13 @@ export function idemProblemParts(
   detail: string,
   format: ProblemFormat = {},
   headers: Record<string, string> = {},
+  state: OperationState = STATES[kind],
 ): { headers: Headers; text: string } {
   const [title, stripeType, code] = TITLES[kind];
   return problemParts(
-    { type: PROBLEM_TYPE_PREFIX + kind, title, status, detail },
+    { type: PROBLEM_TYPE_PREFIX + kind, title, status, detail, operation_state: state, safe_new_key: isSafeNewKey(state) },
     { ...format, stripeError: { type: stripeType, code, message: detail } },
-    headers,
+    { ...headers, [OPERATION_STATE_HEADER]: state },
   );
 }
 

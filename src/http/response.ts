@@ -1,4 +1,7 @@
 import { DEFAULT_REPLAY_HEADERS, NEVER_REPLAYED_HEADERS, REPLAYED_HEADER } from '../core/constants.js';
+import { OPERATION_STATE_HEADER, OperationState } from '../core/next-step.js';
+
+const OPERATION_STATE = OPERATION_STATE_HEADER.toLowerCase();
 import type { StoredResponse } from '../store/types.js';
 
 /** Statuses whose responses have no body (RFC 9110 §6.4.1, §15.3.5, §15.4.5). */
@@ -22,6 +25,8 @@ const builtReplayHeaders = new WeakMap<StoredResponse, Record<string, string>>()
 export function replayHeaderFilter(allow: readonly string[] = DEFAULT_REPLAY_HEADERS): (name: string) => boolean {
   const never = new Set<string>(NEVER_REPLAYED_HEADERS);
   const allowed = new Set(allow.map((h) => h.toLowerCase()).filter((h) => !never.has(h)));
+  // A stored problem keeps its next step (protocol.md H41), whatever the allow-list says.
+  allowed.add(OPERATION_STATE);
   return (name) => allowed.has(name.toLowerCase());
 }
 
@@ -131,7 +136,8 @@ export function concat(chunks: Uint8Array[], size: number): Uint8Array {
 export type ResponseCapture = (response: Response) => Promise<{ stored: StoredResponse; response: Response }>;
 
 /**
- * The headers of a replayed response: the stored ones and `Idempotent-Replayed: true`, as a
+ * The headers of a replayed response: the stored ones, `Idempotent-Replayed: true` and the next
+ * step (`Idem-Operation-State`, `completed` unless the stored response says otherwise), as a
  * plain record with lower-case names. A repeated name is joined with ", ", which is what
  * Headers.append gives (Set-Cookie, the one header that cannot be joined, is never stored).
  */
@@ -146,6 +152,8 @@ export function replayHeaders(stored: StoredResponse): Record<string, string> {
     else headers[key] = joined;
   }
   headers[REPLAYED_HEADER.toLowerCase()] = 'true';
+  // A replay is the key's answer (protocol.md H41); a stored problem says its own next step.
+  if (!Object.hasOwn(headers, OPERATION_STATE)) headers[OPERATION_STATE] = OperationState.Completed;
   return headers;
 }
 
