@@ -1,16 +1,17 @@
 """A non-Node upstream for the gateway tests: python3 http.server + sqlite3.
 
-It records every effect in its own database and fences its writes with the gateway's
-Idem-Fencing-Token: a write whose token is lower than the highest seen for (Idem-Scope,
-Idempotency-Key) is refused with 409, so an attempt the gateway gave up on can never apply
-after a takeover's attempt did.
+It records every effect in its own database, exactly once per (Idem-Scope, Idempotency-Key):
+its writes are fenced with the gateway's Idem-Fencing-Token (a write whose token is lower than
+the highest seen for the key is refused with 409, so an attempt the gateway gave up on can never
+apply after a takeover's attempt began), and an attempt that finds the key's effect already
+applied answers with it instead of applying it again.
 
 Usage: python3 upstream.py DB_PATH   (prints "listening PORT" once it accepts connections)
 
-POST /v1/charges?mode=...   the effect; mode: ok (default), hold (wait for POST /control/release),
+POST /v1/charges?mode=...   the effect; mode (or an X-Mode header, not part of the gateway's fingerprint): ok (default), hold (wait for POST /control/release),
                             fail500, fail503, reset (close the socket without answering),
                             cookie (answer with Set-Cookie), big (a 64 KiB body)
-GET  /control/effects       JSON: every effect row, and the headers of every request seen
+GET  /control/effects       JSON: every effect row, the headers of every request seen, and how many are in flight
 POST /control/release       wakes every held request (and lets later ones through)
 POST /control/arm           makes mode=hold hold again
 """
@@ -27,6 +28,7 @@ from urllib.parse import parse_qs, urlparse
 DB = sys.argv[1]
 released = threading.Event()
 lock = threading.Lock()
+inflight = [0]  # requests to /v1 not answered yet (a held one included)
 
 
 def db():
@@ -73,10 +75,19 @@ class Handler(BaseHTTPRequestHandler):
             effects = [dict(zip(("scope", "key", "token", "attempt", "body"), r)) for r in conn.execute("SELECT scope, key, token, attempt, body FROM effects ORDER BY id")]
             seen = [{"path": p, "headers": json.loads(h)} for p, h in conn.execute("SELECT path, headers FROM seen ORDER BY id")]
             conn.close()
-            return self.answer(200, {"effects": effects, "seen": seen})
+            return self.answer(200, {"effects": effects, "seen": seen, "inflight": inflight[0]})
         self.answer(200, {"get": self.path})
 
     def do_POST(self):
+        with lock:
+            inflight[0] += 1
+        try:
+            self.post()
+        finally:
+            with lock:
+                inflight[0] -= 1
+
+    def post(self):
         url = urlparse(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length).decode() if length else ""
@@ -89,7 +100,7 @@ class Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         conn = db()
         conn.execute("INSERT INTO seen (path, headers) VALUES (?, ?)", (self.path, json.dumps(headers)))
-        mode = parse_qs(url.query).get("mode", ["ok"])[0]
+        mode = headers.get("x-mode") or parse_qs(url.query).get("mode", ["ok"])[0]
         scope = headers.get("idem-scope", "")
         key = headers.get("idempotency-key", "")
         token = int(headers.get("idem-fencing-token", "0"))
@@ -119,8 +130,14 @@ class Handler(BaseHTTPRequestHandler):
                 conn.execute("ROLLBACK")
                 conn.close()
                 return self.answer(409, {"error": "stale fencing token", "token": token})
-            cur = conn.execute("INSERT INTO effects (scope, key, token, attempt, body) VALUES (?, ?, ?, ?, ?)", (scope, key, token, attempt, body))
-            effect_id = cur.lastrowid
+            # One effect per (scope, key): an earlier attempt that finished before this one arrived
+            # already applied it, and this attempt answers with it instead of applying it again.
+            row = conn.execute("SELECT id FROM effects WHERE scope = ? AND key = ?", (scope, key)).fetchone() if key else None
+            if row is not None:
+                effect_id = row[0]
+            else:
+                cur = conn.execute("INSERT INTO effects (scope, key, token, attempt, body) VALUES (?, ?, ?, ?, ?)", (scope, key, token, attempt, body))
+                effect_id = cur.lastrowid
             conn.execute("COMMIT")
         conn.close()
         payload = {"id": f"ch_{effect_id}", "key": key, "token": token, "attempt": attempt, "body": body}

@@ -6,8 +6,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { createGateway, type Gateway } from '../../src/gateway/index.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
+import type { GatewayStore } from './gateway-stores.js';
 import { CHILD_READY_TIMEOUT_MS, ROOT } from './process.js';
 
 /** One effect the upstream applied. */
@@ -23,7 +25,9 @@ export interface Effect {
 export interface PythonUpstream {
   url: string;
   /** Every effect applied, and the headers of every request it saw (lower-case names). */
-  state(): Promise<{ effects: Effect[]; seen: Array<{ path: string; headers: Record<string, string> }> }>;
+  state(): Promise<{ effects: Effect[]; seen: Array<{ path: string; headers: Record<string, string> }>; inflight: number }>;
+  /** Resolves once the upstream has answered every request it took (a held one, woken, included). */
+  settled(): Promise<void>;
   /** Wakes held requests (mode=hold) and lets later ones through. */
   release(): Promise<void>;
   /** Makes mode=hold hold again. */
@@ -55,10 +59,12 @@ export async function startPythonUpstream(): Promise<PythonUpstream> {
     const res = await fetch(url + path, { method: 'POST' });
     await res.arrayBuffer();
   };
+  const state = async () => (await (await fetch(`${url}/control/effects`)).json()) as Awaited<ReturnType<PythonUpstream['state']>>;
   return {
     url,
-    async state() {
-      return (await (await fetch(`${url}/control/effects`)).json()) as Awaited<ReturnType<PythonUpstream['state']>>;
+    state,
+    async settled() {
+      while ((await state()).inflight > 0) await new Promise((resolve) => setTimeout(resolve, 50));
     },
     release: () => post('/control/release'),
     arm: () => post('/control/arm'),
@@ -100,4 +106,40 @@ export async function retryUntilTakenOver(url: string, headers: Record<string, s
     if (answer.status !== 409 || answer.json().type !== 'urn:idem:problem:request-in-progress') return answer;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/** What a suite's hooks set up: read its fields inside tests. */
+export interface GatewaySuite {
+  upstream: PythonUpstream;
+  gateway: Gateway;
+  url: string;
+  /** The upstream's effects and seen requests for one key. */
+  effectsOf(key: string): Promise<Effect[]>;
+  seenOf(key: string): Promise<Array<{ path: string; headers: Record<string, string> }>>;
+}
+
+/**
+ * Registers the suite's hooks: a Python upstream, the store, and a gateway on `config` (given the
+ * upstream's URL as `upstream`); all stopped after the suite (held requests released first).
+ */
+export function gatewaySuite(backend: GatewayStore, config: Record<string, unknown>): GatewaySuite {
+  const suite = {} as GatewaySuite;
+  let close: () => Promise<void>;
+  before(async () => {
+    suite.upstream = await startPythonUpstream();
+    const opened = await backend.open();
+    close = opened.close;
+    const started = await startGateway(opened.store, { upstream: suite.upstream.url, ...config });
+    suite.gateway = started.gateway;
+    suite.url = started.url;
+  });
+  after(async () => {
+    await suite.upstream.release();
+    await suite.gateway.close();
+    await close();
+    await suite.upstream.stop();
+  });
+  suite.effectsOf = async (key) => (await suite.upstream.state()).effects.filter((e) => e.key === key);
+  suite.seenOf = async (key) => (await suite.upstream.state()).seen.filter((s) => s.headers['idempotency-key'] === key);
+  return suite;
 }
