@@ -97,7 +97,9 @@ export function createGateway(options: GatewayOptions): Gateway {
       prepared = await route.core.prepare({ method, url: path, headers: toHeaders(req.headers), body, keyHeaderLines: lines });
     } catch (error) {
       if (error instanceof PrincipalMissingError) return send(res, principalMissing(error.detail, problems));
-      throw error;
+      // The principal could not be checked (the JWKS endpoint unreachable): nothing was claimed.
+      log({ level: 'error', msg: 'principal not resolved', error: String(error) });
+      return send(res, problemResponse({ type: 'about:blank', title: 'The principal could not be verified', status: 503 }, problems, { 'retry-after': '1' }));
     }
     if (prepared.kind === 'pass') return proxy(req, res, method, path, body);
     if (prepared.kind === 'respond') return send(res, prepared.response);
@@ -204,7 +206,9 @@ async function send(res: ServerResponse, response: Response): Promise<void> {
   }
   try {
     for await (const chunk of response.body) {
-      if (!res.write(chunk)) await new Promise<void>((resolve) => res.once('drain', resolve));
+      // A client that went away ends the loop (the body stream is cancelled with it), never a wait for a drain that cannot come.
+      if (!res.write(chunk)) await new Promise<void>((resolve) => res.once('drain', resolve).once('close', resolve));
+      if (res.destroyed) break;
     }
     res.end();
   } catch {
