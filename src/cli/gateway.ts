@@ -4,9 +4,10 @@
  * exits 2, so a deploy script can tell "fix the file" from "the store is down" (exit 1).
  */
 import { Option, type Command } from 'commander';
-import { GatewayConfigError, loadGatewayConfig } from '../gateway/config.js';
+import { GatewayConfigError, loadGatewayConfig, parseGatewayConfig } from '../gateway/config.js';
 import type { IdempotencyStore } from '../store/types.js';
 import { CliError, describeError, openDatabase } from './database.js';
+import { cliTelemetry } from './operator-commands.js';
 import { type CliIo, untilStopped } from './options.js';
 
 /** Exit code of a configuration the gateway refuses. */
@@ -35,11 +36,13 @@ export function addGatewayCommand(program: Command, io: CliIo): void {
       for (const name of ['upstream', 'store', 'listen', 'table'] as const) if (flags[name] !== undefined) raw[name] = flags[name];
       if (raw.routes === undefined && !flags.config) throw new GatewayConfigError('routes', 'are not set: give --config <file> with at least one route');
       const { createGateway } = await import('../gateway/gateway.js');
-      const { parseGatewayConfig } = await import('../gateway/config.js');
+
       const config = parseGatewayConfig(raw);
       if (!config.store) throw new GatewayConfigError('store', 'is not set: give --store postgres://… (or memory) or store in the file');
       const { store, close } = await openStore(config.store, config.table);
-      const gateway = createGateway({ config, store, log: (entry) => io.err(JSON.stringify({ time: new Date().toISOString(), ...entry })) });
+      const log = (entry: Record<string, unknown>) => io.err(JSON.stringify({ time: new Date().toISOString(), ...entry }));
+      const telemetry = await cliTelemetry(); // spans and metrics when @opentelemetry/api and an SDK are there
+      const gateway = createGateway({ config, store, log, ...(telemetry ? { telemetry } : {}) });
       let url: string;
       try {
         url = await gateway.listen();

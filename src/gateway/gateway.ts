@@ -9,6 +9,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
+import type { IdempotencyTelemetry } from '../engine/telemetry.js';
 import { idemProblem, type ProblemFormat, ProblemKind, problemResponse } from '../http/problem.js';
 import { keyHeaderLines, toHeaders } from '../http/node/headers.js';
 import type { IdempotencyStore } from '../store/types.js';
@@ -29,6 +30,8 @@ export interface GatewayOptions {
   problems?: ProblemFormat;
   /** Structured log lines (one JSON object each). @default none */
   log?: (entry: Record<string, unknown>) => void;
+  /** Spans and metrics of every claim, as the library's (`openTelemetry()` from `idem/otel`). @default none */
+  telemetry?: IdempotencyTelemetry;
 }
 
 /** A running gateway. */
@@ -49,7 +52,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   const config = parseGatewayConfig(options.config);
   const problems = options.problems ?? {};
   const log = options.log ?? (() => undefined);
-  const engine = new IdempotencyEngine({ store: options.store, leaseMs: config.leaseMs, retentionMs: config.retentionMs });
+  const engine = new IdempotencyEngine({ store: options.store, leaseMs: config.leaseMs, retentionMs: config.retentionMs, telemetry: options.telemetry });
   const routes = buildRoutes(config, engine, problems);
   const upstream = new Upstream(config.upstream, config.upstreamTimeoutMs, config.maxResponseBytes + 1);
   let inFlight = 0;
