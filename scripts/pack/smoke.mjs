@@ -52,6 +52,7 @@ for (const name of [
 assert.ok(Object.keys(root).length <= 30, `the root entry stays small (${Object.keys(root).length} names)`);
 assert.equal(typeof modules['idem/core'].decide, 'function');
 assert.equal(typeof modules['idem/http'].captureResponse, 'function');
+assert.equal(typeof modules['idem/gateway'].createGateway, 'function');
 
 // idem/kysely on Kysely's PGlite dialect: a phase gets Kysely's Transaction, its insert commits with the phase.
 {

@@ -134,3 +134,16 @@ async function mysqlStore(options: ConnectionOptions, db: CliDatabase, mustExist
 
 export const iso = (d: Date | null | undefined) => (d ? d.toISOString() : '-');
 export const count = (n: number) => n.toLocaleString('en-US');
+
+/** Resolves on the first SIGINT or SIGTERM (a long-running command's stop: Ctrl-C, a supervisor). */
+export function untilStopped(): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}

@@ -16,10 +16,24 @@ import type { SqlClient } from '../postgres/client.js';
 // biome-ignore lint/suspicious/noExplicitAny: the app picks its transaction type, which the CLI never touches
 export type CreateCompleter = (context: { client: SqlClient; table: string }) => Completer<any> | Promise<Completer<any>>;
 import { CliError, describeError } from './database.js';
-import { type CliIo, type ConnectionOptions, count, defaultIo, duration, iso, positiveInteger, retentionOption, withConnection, withStore } from './options.js';
+import {
+  type CliIo,
+  type ConnectionOptions,
+  count,
+  defaultIo,
+  untilStopped,
+  duration,
+  iso,
+  positiveInteger,
+  retentionOption,
+  withConnection,
+  withStore,
+} from './options.js';
 export type { CliIo } from './options.js';
 import { type Dashboard, startDashboard } from './dashboard.js';
 import { addOperatorCommands, cliTelemetry } from './operator-commands.js';
+import { addGatewayCommand, CONFIG_EXIT_CODE } from './gateway.js';
+import { GatewayConfigError } from '../gateway/config.js';
 
 /**
  * Builds the program. `io` receives the output lines (stdout for results, stderr for errors
@@ -286,15 +300,7 @@ export function buildProgram(io: CliIo = defaultIo): Command {
           throw new CliError(describeError(error));
         }
         io.out(`idem dashboard on ${dashboard.url} (${options.token ? 'actions need the token' : 'read-only; --token enables actions'}; Ctrl-C stops it)`);
-        await new Promise<void>((resolve) => {
-          const stop = () => {
-            process.off('SIGINT', stop);
-            process.off('SIGTERM', stop);
-            resolve();
-          };
-          process.on('SIGINT', stop);
-          process.on('SIGTERM', stop);
-        });
+        await untilStopped();
         await dashboard.close();
       });
     });
@@ -331,6 +337,9 @@ export function buildProgram(io: CliIo = defaultIo): Command {
       });
     });
 
+  // ---- gateway --------------------------------------------------------------------------
+  addGatewayCommand(program, io);
+
   return program;
 }
 
@@ -346,8 +355,8 @@ const VERSION: string = await (async () => {
 })();
 
 /**
- * Runs the CLI on `argv` (as `process.argv`). Resolves to the exit code: 0 on success, 1 on
- * any error, after printing it as one line `error: ...`.
+ * Runs the CLI on `argv` (as `process.argv`). Resolves to the exit code: 0 on success, 2 on a gateway
+ * configuration refused, 1 on any other error, after printing it as one line `error: ...`.
  */
 export async function run(argv: string[], io: CliIo = defaultIo): Promise<number> {
   const program = buildProgram(io);
@@ -361,6 +370,6 @@ export async function run(argv: string[], io: CliIo = defaultIo): Promise<number
     if (code === 'commander.helpDisplayed' || code === 'commander.version' || code === 'commander.help') return 0;
     if (typeof code === 'string' && code.startsWith('commander.')) return (error as { exitCode?: number }).exitCode || 1;
     io.err(`error: ${describeError(error)}`);
-    return 1;
+    return error instanceof GatewayConfigError ? CONFIG_EXIT_CODE : 1;
   }
 }

@@ -268,6 +268,12 @@ export class Execution<Tx = unknown> {
     this.emit(outcome.kind === 'ok' ? 'released' : 'lease-lost');
   }
 
+  /** Ends this attempt with no write (protocol.md K50): the heartbeat stops and the key stays held until its lease runs out, when a takeover (a higher token) may run it again (K23 counts a crash). */
+  abandon(): void {
+    if (this.state !== 'open') return;
+    this.close('released');
+  }
+
   /**
    * protocol.md K23: a release the store missed (an outage, not the request's failure) is tried
    * again in the background for two leases, 250 ms doubling to 5 s apart, or the next takeover
