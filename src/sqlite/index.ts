@@ -1,0 +1,12 @@
+export { SqliteStore, type SqliteStoreOptions } from './store.js';
+export type {
+  LibsqlClientLike,
+  LibsqlExecutorLike,
+  LibsqlResultSetLike,
+  LibsqlTransactionLike,
+  SqliteClient,
+  SqliteDatabaseLike,
+  SqliteStatementLike,
+  SqliteTxOf,
+} from './client.js';
+export { StoreTimeoutError } from '../store/deadline.js';
