@@ -32,9 +32,12 @@ export interface LibsqlResultSetLike {
   rows: ArrayLike<unknown>;
 }
 
+/** A value idem binds to a statement: text, numbers, NULL, bytes. */
+export type LibsqlValue = null | string | number | bigint | Uint8Array;
+
 /** Something libSQL runs statements on: its `Client` or a `Transaction`. */
 export interface LibsqlExecutorLike {
-  execute(statement: { sql: string; args: unknown[] }): Promise<LibsqlResultSetLike>;
+  execute(statement: { sql: string; args: LibsqlValue[] }): Promise<LibsqlResultSetLike>;
 }
 
 /** libSQL's `Transaction`: its own connection, held until commit or rollback. */

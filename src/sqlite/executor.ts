@@ -10,7 +10,15 @@
  * fails with SQLITE_BUSY mid-transaction) and waits up to the connection's busy timeout for it.
  */
 import { StoreTimeoutError } from '../store/deadline.js';
-import { isLibsqlClient, type LibsqlClientLike, type LibsqlExecutorLike, type SqliteClient, type SqliteDatabaseLike, type SqliteRow } from './client.js';
+import {
+  isLibsqlClient,
+  type LibsqlClientLike,
+  type LibsqlExecutorLike,
+  type LibsqlValue,
+  type SqliteClient,
+  type SqliteDatabaseLike,
+  type SqliteRow,
+} from './client.js';
 
 /** Runs one statement and returns its rows (a write returns its `RETURNING` rows). */
 export type SqliteRun = (sql: string, params?: unknown[]) => Promise<SqliteRow[]>;
@@ -76,7 +84,7 @@ function bind(value: unknown): unknown {
 }
 
 async function libsqlRows(on: LibsqlExecutorLike, sql: string, params: unknown[]): Promise<SqliteRow[]> {
-  const result = await on.execute({ sql, args: params.map(bind) });
+  const result = await on.execute({ sql, args: params.map(bind) as LibsqlValue[] });
   return Array.from(result.rows) as SqliteRow[];
 }
 

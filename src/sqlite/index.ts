@@ -4,6 +4,7 @@ export type {
   LibsqlExecutorLike,
   LibsqlResultSetLike,
   LibsqlTransactionLike,
+  LibsqlValue,
   SqliteClient,
   SqliteDatabaseLike,
   SqliteStatementLike,
