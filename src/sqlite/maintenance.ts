@@ -3,7 +3,7 @@
  * migration (WAL on, tables and indexes if missing), and the sweep in batches with its dry run.
  */
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
-import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../store/sweep.js';
+import { type SweepOptions, type SweepPlan, type SweepReport, sweepBatches, sweepSettings } from '../store/sweep.js';
 import { type SqliteContext, ms } from './context.js';
 
 /**
@@ -39,19 +39,11 @@ async function cutoffOf(ctx: SqliteContext, retentionMs: number): Promise<number
 export async function sweepReport(ctx: SqliteContext, options: SweepOptions): Promise<SweepReport> {
   const { retentionMs, batchSize, started, deadline } = sweepSettings(options);
   const cutoff = await cutoffOf(ctx, retentionMs);
-  const progress = { deleted: 0, scanned: 0, batches: 0, droppedPartitions: [] as string[] };
-  let timedOut = true;
-  while (Date.now() < deadline) {
-    const deleted = (await ctx.db.rows(ctx.sql.sweepBatch, [cutoff, batchSize])).length;
-    progress.batches++;
-    progress.deleted += deleted;
-    progress.scanned += deleted;
-    options.onProgress?.({ ...progress, droppedPartitions: [] });
-    if (deleted < batchSize) {
-      timedOut = false;
-      break;
-    }
-  }
+  const { timedOut, ...progress } = await sweepBatches(
+    { batchSize, deadline },
+    options.onProgress,
+    async (size) => (await ctx.db.rows(ctx.sql.sweepBatch, [cutoff, size])).length,
+  );
   return { ...progress, cutoff: new Date(cutoff), timedOut, keptPartitions: [], durationMs: Date.now() - started };
 }
 

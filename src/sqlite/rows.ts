@@ -5,7 +5,7 @@
 import { type ResponseCipher, responseAad } from '../core/cipher.js';
 import { KeyState } from '../core/constants.js';
 import { ResponseUnreadableError, UnknownKeyIdError } from '../core/errors.js';
-import { decodeRecord, type RecordColumns } from '../store/records.js';
+import { decodePhaseResults, decodeRecord, sqlRowColumns, sqlTrue } from '../store/records.js';
 import { openHeaders } from '../store/stored-form.js';
 import type { KeyRecord, PhaseResults } from '../store/types.js';
 import type { SqliteRow } from './client.js';
@@ -19,45 +19,15 @@ export function bytes(value: unknown): Uint8Array {
   throw new TypeError('idem/sqlite: expected a BLOB column as bytes');
 }
 
-/** A SQL boolean (0/1, as a number or a bigint). */
-export const truthy = (value: unknown): boolean => value !== null && value !== undefined && Number(value) === 1;
-
-/** A number column, or 0 for NULL. */
-const num = (value: unknown): number => (value === null || value === undefined ? 0 : Number(value));
-
 /** `phase_results` as stored: each phase's result kept as its JSON text (sql.ts `recordPhase`). */
-export function phaseResults(value: unknown): PhaseResults {
-  if (value === null || value === undefined) return {};
-  const stored = JSON.parse(String(value)) as Record<string, string>;
-  const results: PhaseResults = {};
-  for (const [name, json] of Object.entries(stored)) results[name] = JSON.parse(json);
-  return results;
-}
+export const phaseResults = (value: unknown): PhaseResults => decodePhaseResults(value);
 
-const COLUMNS: RecordColumns<SqliteRow> = {
-  state: (row) => row.state,
-  fingerprint: (row) => bytes(row.fingerprint),
-  recoveryPoint: (row) => String(row.recovery_point),
-  phaseResults: (row) => phaseResults(row.phase_results),
-  token: (row) => Number(row.lock_version),
-  claimId: (row) => String(row.claim_id),
-  leaseExpired: (row) => truthy(row.lease_expired),
-  leaseRemainingMs: (row) => num(row.lease_remaining_ms),
-  operatorNote: (row) => (row.operator_note === null || row.operator_note === undefined ? undefined : String(row.operator_note)),
-  createdAt: (row) => new Date(Number(row.created_at)),
-  retentionRemainingMs: (row) =>
-    row.retention_remaining_ms === null || row.retention_remaining_ms === undefined ? undefined : Number(row.retention_remaining_ms),
-  response: (row) => ({
-    status: Number(row.response_status),
-    headers: row.response_headers === null ? [] : (JSON.parse(String(row.response_headers)) as Array<[string, string]>),
-    body: bytes(row.response_body),
-  }),
-};
+const COLUMNS = sqlRowColumns({ bytes, text: String, createdMs: (row) => Number(row.created_at) });
 
 /** Whether the row is past retention (by the database's clock, as read). */
-export const retentionExpired = (row: SqliteRow): boolean => truthy(row.retention_expired);
+export const retentionExpired = (row: SqliteRow): boolean => sqlTrue(row.retention_expired);
 /** Whether the row's lease is not valid. */
-export const leaseExpired = (row: SqliteRow): boolean => truthy(row.lease_expired);
+export const leaseExpired = (row: SqliteRow): boolean => sqlTrue(row.lease_expired);
 
 /**
  * A row as a record; a finished key's response as it was written (its seal opened).

@@ -15,7 +15,7 @@ import { createRequire } from 'node:module';
 import { SqliteStore, type SqliteClient } from '../../src/sqlite/index.js';
 import { NOW } from '../../src/sqlite/sql.js';
 import { tableName } from './engines.js';
-import type { KeyRow } from './http.js';
+import { toKeyRow } from './http.js';
 import type { StoreFactory, StoreHarness } from './stores.js';
 
 type Row = Record<string, unknown>;
@@ -162,24 +162,11 @@ export function sqliteFactory(clientName: string, contractOnly: boolean): StoreF
               (
                 await q(
                   `SELECT scope, key, state, recovery_point, CAST(lock_version AS TEXT) AS lock_version, lower(hex(fingerprint)) AS fingerprint,
-                     response_status, lower(hex(response_body)) AS response_body, response_headers,
+                     response_status, CASE WHEN response_body IS NULL THEN NULL ELSE lower(hex(response_body)) END AS response_body, response_headers,
                      (locked_until IS NOT NULL AND locked_until > ${NOW}) AS locked
                    FROM "${table}" ORDER BY scope, key`,
                 )
-              ).map(
-                (r): KeyRow => ({
-                  scope: String(r.scope),
-                  key: String(r.key),
-                  state: String(r.state),
-                  recovery_point: String(r.recovery_point),
-                  lock_version: String(r.lock_version),
-                  fingerprint: String(r.fingerprint),
-                  response_status: r.response_status === null ? null : Number(r.response_status),
-                  response_body: r.response_body === null || r.response_status === null ? null : String(r.response_body),
-                  response_headers: r.response_headers === null ? null : JSON.parse(String(r.response_headers)),
-                  locked: Number(r.locked) === 1,
-                }),
-              ),
+              ).map(toKeyRow),
             async sweepKey(scope, key) {
               await harness.age(scope, key, 60 * 60_000);
               await harness.setLease(scope, key, -1000);
