@@ -1,7 +1,7 @@
 /**
  * The attempt contract (test/contracts/attempt.ts) over every surface, on every kind of store
- * that counts failed attempts: memory, PGlite, PostgreSQL, MySQL/MariaDB, Redis (single, and
- * with PostgresPhases as its ledger). The service stores run when their URLs are set, as .ci/run
+ * that counts failed attempts: memory, PGlite, PostgreSQL, MySQL/MariaDB, SQLite (node:sqlite,
+ * better-sqlite3, libSQL), Redis (single, and with PostgresPhases as its ledger). The service stores run when their URLs are set, as .ci/run
  * does. The store-level variants (partitioned, group commit, the ORMs, Cluster) share the
  * counting statement of their kind: the store contract covers them.
  */
@@ -16,6 +16,10 @@ const kinds = new Set([
   'MySqlStore on MariaDB/MySQL (mysql2)',
   'RedisStore on Redis',
   'RedisStore + PostgresPhases (PGlite)',
+  // SQLite: each client its own statement runner (synchronous, or libSQL's async one).
+  'SqliteStore on node:sqlite',
+  'SqliteStore on better-sqlite3',
+  'SqliteStore on libSQL (file:)',
 ]);
 
 for (const factory of storeFactories.filter((f) => kinds.has(f.name))) {

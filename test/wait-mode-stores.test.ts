@@ -15,6 +15,10 @@ import { IdempotencyEngine } from '../src/engine/engine.js';
 import { withIdempotency } from '../src/lambda/index.js';
 import { MemoryStore } from '../src/memory/index.js';
 import { MySqlStore } from '../src/mysql/index.js';
+import { SqliteStore, type SqliteDatabaseLike } from '../src/sqlite/index.js';
+import { scratchFile } from './helpers/sqlite-stores.js';
+
+const NODE_SQLITE: string = 'node:sqlite';
 import { openMySqlDatabase } from './helpers/mysql-stores.js';
 import { releaseKey } from '../src/operator/index.js';
 import { PostgresStore } from '../src/postgres/index.js';
@@ -212,6 +216,22 @@ storeSuite(
   },
   needs('MYSQL_URL'),
 );
+
+// SQLite cannot notify either: the same poll, on a file (protocol.md K51).
+storeSuite('SqliteStore (polling, node:sqlite)', async () => {
+  const scratch = scratchFile();
+  const { DatabaseSync } = (await import(NODE_SQLITE)) as { DatabaseSync: new (file: string) => SqliteDatabaseLike & { close(): void } };
+  const db = new DatabaseSync(scratch.file);
+  const store = new SqliteStore({ client: db });
+  await store.migrate();
+  return {
+    store,
+    close: async () => {
+      db.close();
+      scratch.remove();
+    },
+  };
+});
 
 function redisOpen(open: () => Promise<TestClient>): () => Promise<Opened> {
   return async () => {

@@ -59,6 +59,9 @@ import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, typ
 import { postgresjs } from 'idem/postgresjs';
 import { MySqlStore } from 'idem/mysql';
 import mysql from 'mysql2/promise';
+import { SqliteStore } from 'idem/sqlite';
+import Database from 'better-sqlite3';
+import { createClient } from '@libsql/client';
 import type { Generated, Kysely } from 'kysely';
 import { kysely } from 'idem/kysely';
 import { type PrismaRawLike, prisma } from 'idem/prisma';
@@ -275,6 +278,16 @@ const mysqlEngine = new IdempotencyEngine({ store: mysqlStore });
 void mysqlEngine
   .takeOver({ scope: 's', key: 'k', token: 1 })
   .then((run) => run?.phase('charge', async (tx) => (await tx.query('INSERT INTO charges (amount) VALUES (?)', [1]))[0]));
+
+// SQLite: a phase's tx is what the client hands a transaction (better-sqlite3's Database, libSQL's Transaction).
+const sqliteEngine = new IdempotencyEngine({ store: new SqliteStore({ client: new Database('app.db'), busyTimeoutMs: 5000 }) });
+void sqliteEngine
+  .takeOver({ scope: 's', key: 'k', token: 1 })
+  .then((run) => run?.phase('charge', async (tx) => tx.prepare('INSERT INTO charges (amount) VALUES (?)').run(1).changes));
+const libsqlEngine = new IdempotencyEngine({ store: new SqliteStore({ client: createClient({ url: 'file:app.db', timeout: 5000 }) }) });
+void libsqlEngine
+  .takeOver({ scope: 's', key: 'k', token: 1 })
+  .then((run) => run?.phase('charge', async (tx) => (await tx.execute({ sql: 'INSERT INTO charges (amount) VALUES (?)', args: [1] })).rowsAffected));
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

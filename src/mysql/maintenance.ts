@@ -3,7 +3,7 @@
  * named lock, the sweep in batches at READ COMMITTED with its dry run, and the token table's trim.
  */
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
-import { type SweepOptions, type SweepPlan, type SweepReport, sweepSettings } from '../store/sweep.js';
+import { type SweepOptions, type SweepPlan, type SweepReport, sweepBatches, sweepSettings } from '../store/sweep.js';
 import type { MySqlResultHeader, MySqlRow } from './client.js';
 import { type MySqlContext, tableParts, us } from './context.js';
 
@@ -40,28 +40,18 @@ export async function tableMode(ctx: MySqlContext): Promise<'plain' | undefined>
 export async function sweepReport(ctx: MySqlContext, options: SweepOptions): Promise<SweepReport> {
   const { retentionMs, batchSize, started, deadline } = sweepSettings(options);
   const { cutoff, cutoffMs } = await cutoffOf(ctx, retentionMs);
-  const progress = { deleted: 0, scanned: 0, batches: 0, droppedPartitions: [] as string[] };
-  let timedOut = true;
-  while (Date.now() < deadline) {
+  const { timedOut, ...progress } = await sweepBatches({ batchSize, deadline }, options.onProgress, async (size) => {
     const conn = await ctx.db.checkout();
-    let deleted: number;
     try {
       await ctx.db.on(conn, ctx.sql.readCommitted, [], false);
-      deleted = (await ctx.db.on<MySqlResultHeader>(conn, ctx.sql.sweepBatch, [cutoff, batchSize], false)).affectedRows;
+      const deleted = (await ctx.db.on<MySqlResultHeader>(conn, ctx.sql.sweepBatch, [cutoff, size], false)).affectedRows;
       ctx.db.release(conn);
+      return deleted;
     } catch (error) {
       ctx.db.destroy(conn);
       throw error;
     }
-    progress.batches++;
-    progress.deleted += deleted;
-    progress.scanned += deleted;
-    options.onProgress?.({ ...progress, droppedPartitions: [] });
-    if (deleted < batchSize) {
-      timedOut = false;
-      break;
-    }
-  }
+  });
   await trimTokens(ctx, batchSize);
   return { ...progress, cutoff: new Date(cutoffMs), timedOut, keptPartitions: [], durationMs: Date.now() - started };
 }

@@ -7,7 +7,7 @@ import { KeyState } from '../core/constants.js';
 import { ResponseUnreadableError, UnknownKeyIdError } from '../core/errors.js';
 import { sameFingerprint } from '../core/fingerprint.js';
 import { openHeaders } from '../store/stored-form.js';
-import { decodeRecord, type RecordColumns } from '../store/records.js';
+import { decodePhaseResults, decodeRecord, sqlRowColumns, sqlTrue } from '../store/records.js';
 import type { KeyRecord, PhaseResults } from '../store/types.js';
 import type { MySqlRow } from './client.js';
 
@@ -24,47 +24,17 @@ export function text(value: unknown): string {
   return value instanceof Uint8Array ? Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('utf8') : String(value);
 }
 
-/** A SQL boolean (0/1, as a number, a bigint or its text). */
-const truthy = (value: unknown): boolean => value !== null && value !== undefined && Number(value) === 1;
-
-/** A number column (mysql2 gives BIGINT and DECIMAL as numbers or text, by the pool's settings). */
-const num = (value: unknown): number => (value === null || value === undefined ? 0 : Number(value));
-
 /**
  * `phase_results` as stored: each phase's result kept as its JSON text (sql.ts `recordPhase`).
  */
-export function phaseResults(value: unknown): PhaseResults {
-  if (value === null || value === undefined) return {};
-  const stored = JSON.parse(text(value)) as Record<string, string>;
-  const results: PhaseResults = {};
-  for (const [name, json] of Object.entries(stored)) results[name] = JSON.parse(json);
-  return results;
-}
+export const phaseResults = (value: unknown): PhaseResults => decodePhaseResults(value, text);
 
-const COLUMNS: RecordColumns<MySqlRow> = {
-  state: (row) => row.state,
-  fingerprint: (row) => bytes(row.fingerprint),
-  recoveryPoint: (row) => String(row.recovery_point),
-  phaseResults: (row) => phaseResults(row.phase_results),
-  token: (row) => Number(row.lock_version),
-  claimId: (row) => String(row.claim_id),
-  leaseExpired: (row) => truthy(row.lease_expired),
-  leaseRemainingMs: (row) => num(row.lease_remaining_ms),
-  operatorNote: (row) => (row.operator_note === null || row.operator_note === undefined ? undefined : text(row.operator_note)),
-  createdAt: (row) => new Date(Number(row.created_ms)),
-  retentionRemainingMs: (row) =>
-    row.retention_remaining_ms === null || row.retention_remaining_ms === undefined ? undefined : Number(row.retention_remaining_ms),
-  response: (row) => ({
-    status: Number(row.response_status),
-    headers: row.response_headers === null || row.response_headers === undefined ? [] : (JSON.parse(text(row.response_headers)) as Array<[string, string]>),
-    body: bytes(row.response_body),
-  }),
-};
+const COLUMNS = sqlRowColumns({ bytes, text, createdMs: (row) => Number(row.created_ms) });
 
 /** Whether the row is past retention (by the server's clock, as read). */
-export const retentionExpired = (row: MySqlRow): boolean => truthy(row.retention_expired);
+export const retentionExpired = (row: MySqlRow): boolean => sqlTrue(row.retention_expired);
 /** Whether the row's lease is not valid. */
-export const leaseExpired = (row: MySqlRow): boolean => truthy(row.lease_expired);
+export const leaseExpired = (row: MySqlRow): boolean => sqlTrue(row.lease_expired);
 
 /** How a record's response is opened: its blob read and its key. */
 export interface ResponseReader {

@@ -33,7 +33,7 @@ import { inspect, operate, stats } from './operator.js';
 import type { MySqlStoreOptions } from './options.js';
 import { leaseExpired, phaseResults, readRecord, type ResponseReader, retentionExpired, text } from './rows.js';
 import { type MySqlStatements, mysqlStatements } from './sql.js';
-import { DEFAULT_POLL, PollingFeed, type PollSettings } from './wait.js';
+import { DEFAULT_POLL, PollingFeed, type PollSettings, pollRead } from './wait.js';
 
 export type { MySqlStoreOptions } from './options.js';
 
@@ -126,7 +126,7 @@ export class MySqlStore<Tx = MySqlConnectionLike> implements IdempotencyStore<Tx
    */
   subscribe(scope: string, key: string): Promise<KeyChanges> {
     if (!this.hub) {
-      const feed = new PollingFeed(this.ctx, this.poll);
+      const feed = new PollingFeed(pollRead(this.ctx), this.poll);
       this.hub = new KeyChangeHub(feed, this.db.timeoutMs);
       feed.hub = this.hub;
     }

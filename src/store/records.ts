@@ -83,3 +83,54 @@ export function decodeSnapshot(value: unknown): RequestSnapshot | undefined {
     body: typeof v.body === 'string' ? new Uint8Array(Buffer.from(v.body, 'base64')) : null,
   };
 }
+
+/** A SQL boolean (0/1, as a number, a bigint or its text). */
+export const sqlTrue = (value: unknown): boolean => value !== null && value !== undefined && Number(value) === 1;
+
+/**
+ * `phase_results` as the MySQL and SQLite stores keep it: a JSON object of each phase's result as
+ * its own JSON text (`{}` for none; NULL reads as none).
+ */
+export function decodePhaseResults(value: unknown, text: (value: unknown) => string = String): PhaseResults {
+  if (value === null || value === undefined) return {};
+  const stored = JSON.parse(text(value)) as Record<string, string>;
+  const results: PhaseResults = {};
+  for (const [name, json] of Object.entries(stored)) results[name] = JSON.parse(json);
+  return results;
+}
+
+/** How a SQL store reads its driver's values for {@link sqlRowColumns}. */
+export interface SqlRowReaders {
+  /** A binary column's bytes. */
+  bytes(value: unknown): Uint8Array;
+  /** A text column's string. */
+  text(value: unknown): string;
+  /** The row's `created_at` in epoch ms, as its statements return it. */
+  createdMs(row: Record<string, unknown>): number;
+}
+
+/**
+ * The {@link RecordColumns} of a key row as the MySQL and SQLite statements name its columns
+ * (snake_case; booleans 0/1; lease and retention left as numbers computed by the database's clock).
+ */
+export function sqlRowColumns(read: SqlRowReaders): RecordColumns<Record<string, unknown>> {
+  const missing = (value: unknown) => value === null || value === undefined;
+  return {
+    state: (row) => row.state,
+    fingerprint: (row) => read.bytes(row.fingerprint),
+    recoveryPoint: (row) => String(row.recovery_point),
+    phaseResults: (row) => decodePhaseResults(row.phase_results, read.text),
+    token: (row) => Number(row.lock_version),
+    claimId: (row) => String(row.claim_id),
+    leaseExpired: (row) => sqlTrue(row.lease_expired),
+    leaseRemainingMs: (row) => (missing(row.lease_remaining_ms) ? 0 : Number(row.lease_remaining_ms)),
+    operatorNote: (row) => (missing(row.operator_note) ? undefined : read.text(row.operator_note)),
+    createdAt: (row) => new Date(read.createdMs(row)),
+    retentionRemainingMs: (row) => (missing(row.retention_remaining_ms) ? undefined : Number(row.retention_remaining_ms)),
+    response: (row) => ({
+      status: Number(row.response_status),
+      headers: missing(row.response_headers) ? [] : (JSON.parse(read.text(row.response_headers)) as Array<[string, string]>),
+      body: read.bytes(row.response_body),
+    }),
+  };
+}

@@ -64,3 +64,25 @@ export function sweepSettings(options: SweepOptions): { retentionMs: number; bat
   const started = Date.now();
   return { retentionMs, batchSize, started, deadline: started + (options.maxDurationMs ?? Infinity) };
 }
+
+/**
+ * A plain (row by row) sweep's loop, every SQL store's: `deleteBatch(batchSize)` until a batch
+ * deletes fewer than `batchSize` rows or the deadline of {@link sweepSettings} passes (then
+ * `timedOut`), reporting progress after each batch.
+ */
+export async function sweepBatches(
+  settings: { batchSize: number; deadline: number },
+  onProgress: SweepOptions['onProgress'],
+  deleteBatch: (batchSize: number) => Promise<number>,
+): Promise<SweepProgress & { timedOut: boolean }> {
+  const progress = { deleted: 0, scanned: 0, batches: 0, droppedPartitions: [] as string[] };
+  while (Date.now() < settings.deadline) {
+    const deleted = await deleteBatch(settings.batchSize);
+    progress.batches++;
+    progress.deleted += deleted;
+    progress.scanned += deleted;
+    onProgress?.({ ...progress, droppedPartitions: [] });
+    if (deleted < settings.batchSize) return { ...progress, timedOut: false };
+  }
+  return { ...progress, timedOut: true };
+}

@@ -37,6 +37,22 @@ export interface KeyRow {
   locked: boolean;
 }
 
+/** A key row as a store's backdoor SQL returns it (KeyRow's column names, the driver's own types) as a {@link KeyRow}. */
+export function toKeyRow(r: Record<string, unknown>): KeyRow {
+  return {
+    scope: String(r.scope),
+    key: String(r.key),
+    state: String(r.state),
+    recovery_point: String(r.recovery_point),
+    lock_version: String(r.lock_version),
+    fingerprint: String(r.fingerprint),
+    response_status: r.response_status === null ? null : Number(r.response_status),
+    response_body: r.response_body === null ? null : String(r.response_body),
+    response_headers: r.response_headers === null ? null : JSON.parse(String(r.response_headers)),
+    locked: Number(r.locked) === 1,
+  };
+}
+
 export async function keyRows(client: Queryable, table: string): Promise<KeyRow[]> {
   const { rows } = await client.query(
     `SELECT scope, key, state, recovery_point, lock_version::text AS lock_version,

@@ -13,7 +13,7 @@ import { CompiledQuery, type Generated, Kysely, MysqlDialect, type Transaction }
 import { drizzleMySql, kyselyMySql, MySqlStore, type MySqlStoreOptions } from '../../src/mysql/index.js';
 import { serviceUrl } from './services.js';
 import { tableName } from './engines.js';
-import type { KeyRow } from './http.js';
+import { toKeyRow } from './http.js';
 import type { StoreFactory, StoreHarness } from './stores.js';
 
 /** Drizzle's transaction on mysql2. */
@@ -132,20 +132,7 @@ export function mysqlFactory<Tx = PoolConnection>(
                      (locked_until IS NOT NULL AND locked_until > UTC_TIMESTAMP(6)) AS locked
                    FROM \`${table}\` ORDER BY scope, \`key\``,
                 )
-              ).map(
-                (r): KeyRow => ({
-                  scope: String(r.scope),
-                  key: String(r.key),
-                  state: String(r.state),
-                  recovery_point: String(r.recovery_point),
-                  lock_version: String(r.lock_version),
-                  fingerprint: String(r.fingerprint),
-                  response_status: r.response_status === null ? null : Number(r.response_status),
-                  response_body: r.response_body === null ? null : String(r.response_body),
-                  response_headers: r.response_headers === null ? null : JSON.parse(String(r.response_headers)),
-                  locked: Number(r.locked) === 1,
-                }),
-              ),
+              ).map(toKeyRow),
             async sweepKey(scope, key) {
               await harness.age(scope, key, 60 * 60_000);
               await harness.setLease(scope, key, -1000);

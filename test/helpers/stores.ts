@@ -24,6 +24,7 @@ import { citusFactories } from './citus-stores.js';
 import { ormStoreFactories } from './orm-stores.js';
 import { drizzleFactories } from './drizzle-stores.js';
 import { mysqlFactories } from './mysql-stores.js';
+import { sqliteFactories } from './sqlite-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -440,6 +441,8 @@ export const storeFactories: StoreFactory[] = [
   ...citusFactories(postgresFactory),
   // MySqlStore on MariaDB or MySQL when MYSQL_URL is set: test/helpers/mysql-stores.ts.
   ...mysqlFactories(),
+  // SqliteStore on node:sqlite, better-sqlite3 and libSQL, each on a file: test/helpers/sqlite-stores.ts.
+  ...sqliteFactories(),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
 
 /** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */

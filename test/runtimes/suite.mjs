@@ -1,7 +1,8 @@
 /**
  * The runtime suite (scripts/runtimes.sh): idem installed from its tarball, run on Node, Bun or
- * Deno. On each store the runtime reaches (memory; PostgreSQL through pg and through postgres.js;
- * Redis through node-redis) a Hono app served by the runtime's own server answers over a real
+ * Deno. On each store the runtime reaches (memory; SQLite on a file through the runtime's own
+ * driver, bun:sqlite on Bun and node:sqlite on Node and Deno; PostgreSQL through pg and through
+ * postgres.js; Redis through node-redis) a Hono app served by the runtime's own server answers over a real
  * socket: the first 201, a byte-identical replay marked `Idempotent-Replayed`, 422 for the same
  * key with another body, one run for 32 concurrent duplicates. Then a crash drill on PostgreSQL:
  * a server process of the same runtime is SIGKILLed after its phase committed, and the retry on
@@ -12,7 +13,11 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { MemoryStore } from 'idem/memory';
+import { SqliteStore } from 'idem/sqlite';
 import { PostgresStore } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
 import { RedisStore } from 'idem/redis';
@@ -89,6 +94,29 @@ async function httpChecks(storeName, open) {
 }
 
 await httpChecks('memory store', async () => ({ store: new MemoryStore(), close: async () => {} }));
+
+/** The runtime's own SQLite: `bun:sqlite` on Bun, `node:sqlite` on Node (22.13+) and Deno. */
+async function openSqlite(file) {
+  if (globalThis.Bun) {
+    const { Database } = await import('bun:sqlite');
+    return { driver: 'bun:sqlite', db: new Database(file) };
+  }
+  const { DatabaseSync } = await import('node:sqlite');
+  return { driver: 'node:sqlite', db: new DatabaseSync(file) };
+}
+const sqliteDir = mkdtempSync(join(tmpdir(), 'idem-rt-sqlite-'));
+const sqlite = await openSqlite(join(sqliteDir, 'idem.db'));
+await httpChecks(`SQLite through ${sqlite.driver}`, async () => {
+  const store = new SqliteStore({ client: sqlite.db });
+  await store.migrate();
+  return {
+    store,
+    close: async () => {
+      sqlite.db.close();
+      rmSync(sqliteDir, { recursive: true, force: true });
+    },
+  };
+});
 
 if (DATABASE_URL) {
   await httpChecks('PostgreSQL through pg', async () => {
