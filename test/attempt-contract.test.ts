@@ -16,6 +16,7 @@ const kinds = new Set([
   'MySqlStore on MariaDB/MySQL (mysql2)',
   'RedisStore on Redis',
   'RedisStore + PostgresPhases (PGlite)',
+  'DurableObjectStore (SQLite-backed) in Miniflare',
 ]);
 
 for (const factory of storeFactories.filter((f) => kinds.has(f.name))) {

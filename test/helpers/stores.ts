@@ -24,6 +24,7 @@ import { citusFactories } from './citus-stores.js';
 import { ormStoreFactories } from './orm-stores.js';
 import { drizzleFactories } from './drizzle-stores.js';
 import { mysqlFactories } from './mysql-stores.js';
+import { durableObjectFactories } from './durable-object-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -56,6 +57,12 @@ export interface StoreCapabilities {
    * @default true
    */
   forget?: false;
+  /**
+   * `false`: the store does not declare `completion` (DurableObjectStore: its objects cannot be
+   * listed, so no `listAbandoned`); the contract skips the completer's part.
+   * @default true
+   */
+  completion?: false;
 }
 
 /**
@@ -440,6 +447,8 @@ export const storeFactories: StoreFactory[] = [
   ...citusFactories(postgresFactory),
   // MySqlStore on MariaDB or MySQL when MYSQL_URL is set: test/helpers/mysql-stores.ts.
   ...mysqlFactories(),
+  // DurableObjectStore in Miniflare (workerd), in the full tier: test/helpers/durable-object-stores.ts.
+  ...durableObjectFactories(),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
 
 /** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */
