@@ -18,6 +18,7 @@ import { DurableObjectStore } from '../../src/cloudflare/index.js';
 import type { DurableObjectNamespaceLike } from '../../src/cloudflare/workers-types.js';
 import type { NoTransaction } from '../../src/redis/no-transaction.js';
 import type { StoreFactory, StoreHarness } from './stores.js';
+import { workerBuild } from '../runtimes/worker-checks.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 /** Where the runtime matrix installs Miniflare; IDEM_MINIFLARE_DIR overrides it. */
@@ -25,6 +26,7 @@ export const MINIFLARE_DIR = process.env.IDEM_MINIFLARE_DIR ?? join(ROOT, '.ci',
 
 /** The slice of Miniflare 4 used here. */
 interface MiniflareLike {
+  dispatchFetch(url: string, init?: RequestInit): Promise<Response>;
   getDurableObjectNamespace(binding: string): Promise<DurableObjectNamespaceLike<unknown>>;
   dispose(): Promise<void>;
 }
@@ -38,17 +40,10 @@ interface Backdoors {
 
 /** The test Worker bundled as a user's build would (esbuild, `cloudflare:workers` external). */
 export async function bundleWorker(entry: string): Promise<string> {
-  const out = await esbuild.build({
-    entryPoints: [entry],
-    bundle: true,
-    format: 'esm',
-    platform: 'neutral',
-    conditions: ['workerd', 'worker', 'browser', 'import'],
-    mainFields: ['module', 'main'],
-    external: ['cloudflare:workers', 'node:*'],
-    alias: { idem: join(ROOT, 'src/index.ts') },
-    write: false,
-  });
+  // `idem/x` from this repository's source, as the packed package maps it (package.json "exports").
+  const out = (await esbuild.build({ ...workerBuild(entry), alias: { idem: join(ROOT, 'src') }, write: false })) as esbuild.BuildResult & {
+    outputFiles: esbuild.OutputFile[];
+  };
   return out.outputFiles[0]!.text;
 }
 
@@ -139,9 +134,16 @@ function durableObjectFactory(name: string, useSQLite: boolean): StoreFactory {
   };
 }
 
+/** node:test's `skip` for a suite in Miniflare: the full tier with the runtime matrix's Miniflare installed. */
+export function miniflareMissing(): string | false {
+  if (process.env.IDEM_TEST_TIER !== 'all') return 'runs in the full matrix only: npm run test:all (IDEM_TEST_TIER=all)';
+  if (!existsSync(MINIFLARE_DIR)) return `Miniflare is not installed at ${MINIFLARE_DIR}: (cd .ci/runtimes && npm ci), as .ci/run does`;
+  return false;
+}
+
 /** The Durable Objects store entries of stores.ts: SQLite-backed and key-value-backed objects. */
 export function durableObjectFactories(): StoreFactory[] {
-  if (process.env.IDEM_TEST_TIER !== 'all' || !existsSync(MINIFLARE_DIR)) return [];
+  if (miniflareMissing()) return [];
   return [
     durableObjectFactory('DurableObjectStore (SQLite-backed) in Miniflare', true),
     durableObjectFactory('DurableObjectStore (key-value) in Miniflare', false),
