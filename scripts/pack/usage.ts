@@ -58,6 +58,7 @@ import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStrea
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
 import { MySqlStore } from 'idem/mysql';
+import { DurableObjectStore, type DurableObjectNamespaceLike } from 'idem/cloudflare';
 import mysql from 'mysql2/promise';
 import type { Generated, Kysely } from 'kysely';
 import { kysely } from 'idem/kysely';
@@ -275,6 +276,12 @@ const mysqlEngine = new IdempotencyEngine({ store: mysqlStore });
 void mysqlEngine
   .takeOver({ scope: 's', key: 'k', token: 1 })
   .then((run) => run?.phase('charge', async (tx) => (await tx.query('INSERT INTO charges (amount) VALUES (?)', [1]))[0]));
+
+// Cloudflare Workers: the Durable Objects store on the binding's namespace; a phase's tx is NoTransaction.
+declare const idemNamespace: DurableObjectNamespaceLike;
+const doStore = new DurableObjectStore({ namespace: idemNamespace });
+const doEngine = new IdempotencyEngine({ store: doStore });
+void doEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', async (tx) => tx.atomic));
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
