@@ -10,6 +10,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { claimedToken, claimInput } from './contracts/store.js';
+import { DurableObjectStore } from '../src/cloudflare/index.js';
+import { ErrorCode, InvalidOptionError } from '../src/core/errors.js';
 import { bundleWorker, durableObjectFactories, miniflareMissing, startMiniflare } from './helpers/durable-object-stores.js';
 import type { StoreBackend, StoreHarness } from './helpers/stores.js';
 import { checkWorker } from './runtimes/worker-checks.mjs';
@@ -74,5 +76,26 @@ describe('DurableObjectStore: takeover and retention in the key object (Miniflar
     }
     const again = claimedToken(await store.claim(claimInput('alarm')));
     assert.ok(again > token, `the new token ${again} exceeds the deleted key's ${token}`);
+  });
+});
+
+describe('DurableObjectStore: options and the deadline (protocol.md H17)', () => {
+  it('refuses a namespace that is not a Durable Object binding, and a bad storeTimeoutMs', () => {
+    assert.throws(() => new DurableObjectStore({ namespace: {} as never }), InvalidOptionError);
+    const namespace = { idFromName: () => ({}), get: () => ({}) };
+    assert.throws(() => new DurableObjectStore({ namespace, storeTimeoutMs: -1 }), InvalidOptionError);
+  });
+
+  it('fails a call past storeTimeoutMs with a StoreTimeoutError when the key object never answers', { skip: miniflareMissing() }, async () => {
+    const mf = await startMiniflare(await bundleWorker(join(import.meta.dirname, 'helpers', 'durable-object-worker.ts')), {
+      IDEM: { className: 'TestKeyObject', useSQLite: true },
+    });
+    try {
+      const store = new DurableObjectStore({ namespace: await mf.getDurableObjectNamespace('IDEM'), storeTimeoutMs: 200 });
+      await assert.rejects(store.claim(claimInput('never-answers')), (error: { code?: string }) => error.code === ErrorCode.StoreTimeout);
+      assert.equal((await store.claim(claimInput('answers'))).kind, 'claimed', 'another key (another object) answers');
+    } finally {
+      await mf.dispose();
+    }
   });
 });

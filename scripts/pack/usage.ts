@@ -59,6 +59,7 @@ import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, typ
 import { postgresjs } from 'idem/postgresjs';
 import { MySqlStore } from 'idem/mysql';
 import { DurableObjectStore, type DurableObjectNamespaceLike } from 'idem/cloudflare';
+import { IdemKeyObject } from 'idem/cloudflare/object';
 import mysql from 'mysql2/promise';
 import type { Generated, Kysely } from 'kysely';
 import { kysely } from 'idem/kysely';
@@ -282,6 +283,8 @@ declare const idemNamespace: DurableObjectNamespaceLike;
 const doStore = new DurableObjectStore({ namespace: idemNamespace });
 const doEngine = new IdempotencyEngine({ store: doStore });
 void doEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', async (tx) => tx.atomic));
+// The object class a Worker exports for its binding (workerd only; typed by `wrangler types`).
+export class KeyObject extends IdemKeyObject {}
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

@@ -11,7 +11,7 @@
  */
 import { KeyState, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START } from '../core/constants.js';
 import { asJson, copyBytes, sameBytes } from '../memory/entry.js';
-import type { ClaimInput, Fenced, OperatorWrite, RequestSnapshot } from '../store/types.js';
+import type { ClaimInput, Fenced, OperatorWrite } from '../store/types.js';
 import { type Cell, type CellState, type KeyRow, openCell } from './cells.js';
 import type { WireClaim, WireCommit, WireRecord, WireTakeOver } from './wire.js';
 import type { DurableObjectStorageLike } from './workers-types.js';
@@ -147,14 +147,6 @@ export class KeyObject {
       const record = toRecord(row, now, retentionMs);
       if (row.operatorNote) record.operatorNote = row.operatorNote;
       return { result: record, write: false };
-    });
-  }
-
-  /** The request snapshot (protocol.md K13), fenced by the token. */
-  saveRequest(token: number, request: RequestSnapshot): Promise<Fenced> {
-    return this.fenced(token, (row) => {
-      row.request = { ...request, body: request.body ? copyBytes(request.body) : null };
-      return undefined;
     });
   }
 

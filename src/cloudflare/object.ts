@@ -10,7 +10,7 @@
  * ```
  */
 import { DurableObject } from 'cloudflare:workers';
-import type { ClaimInput, OperatorWrite, RequestSnapshot } from '../store/types.js';
+import type { ClaimInput, OperatorWrite } from '../store/types.js';
 import { KeyObject } from './key-object.js';
 import type { WireCommit } from './wire.js';
 import type { DurableObjectStateLike } from './workers-types.js';
@@ -47,9 +47,6 @@ export class IdemKeyObject extends DurableObject {
   }
   get(retentionMs: number) {
     return this.keyObject.get(retentionMs);
-  }
-  saveRequest(token: number, request: RequestSnapshot) {
-    return this.keyObject.saveRequest(token, request);
   }
   operate(write: OperatorWrite) {
     return this.keyObject.operate(write);

@@ -12,6 +12,7 @@
  */
 import type { NoTransaction } from '../redis/no-transaction.js';
 import { InvalidOptionError } from '../core/errors.js';
+import { DEFAULT_STORE_TIMEOUT_MS, withDeadline } from '../store/deadline.js';
 import type {
   ClaimInput,
   ClaimResult,
@@ -39,6 +40,13 @@ export type KeyObjectStub = Pick<KeyObject, 'claim' | 'takeOver' | 'commit' | 'e
 export interface DurableObjectStoreOptions {
   /** The namespace binding of the `IdemKeyObject` class (`env.IDEM`, wrangler `durable_objects.bindings`). */
   namespace: DurableObjectNamespaceLike<unknown>;
+  /**
+   * The deadline of each call to a key's object, in ms (protocol.md H17): past it the call fails
+   * with a `StoreTimeoutError` (the request gets the 503 with `Retry-After`); a late call may
+   * still take effect, and every later write is fenced by the token. `0`: no deadline.
+   * @default 5000
+   */
+  storeTimeoutMs?: number;
 }
 
 const TX: NoTransaction = Object.freeze({ atomic: false as const });
@@ -64,24 +72,29 @@ export class DurableObjectStore implements IdempotencyStore<NoTransaction> {
   readonly capabilities: StoreCapabilities = { operator: true };
   readonly noSubscribe = 'DurableObjectStore does not wake waiters (wait mode would hold an RPC open on the key object for each waiting duplicate)';
   private readonly namespace: DurableObjectNamespaceLike<unknown>;
+  private readonly timeoutMs: number;
 
-  /** @throws {InvalidOptionError} when `namespace` is not a Durable Object namespace binding */
+  /** @throws {InvalidOptionError} when `namespace` is not a Durable Object namespace binding, or `storeTimeoutMs` is not a number of ms >= 0 */
   constructor(options: DurableObjectStoreOptions) {
     const ns = options?.namespace as Partial<DurableObjectNamespaceLike> | undefined;
     if (!ns || typeof ns.idFromName !== 'function' || typeof ns.get !== 'function') {
       throw new InvalidOptionError('DurableObjectStore: namespace must be the Durable Object namespace binding of IdemKeyObject (env.IDEM)');
     }
+    const timeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0))
+      throw new InvalidOptionError('idem/cloudflare: storeTimeoutMs must be a number of ms >= 0 (0: no deadline)');
     this.namespace = options.namespace;
+    this.timeoutMs = timeoutMs;
   }
 
   async claim(input: ClaimInput): Promise<ClaimResult> {
-    const out = await this.object(input.scope, input.key).claim({ ...input, fingerprint: bytes(input.fingerprint) });
+    const out = await this.call(input.scope, input.key, 'claim', (o) => o.claim({ ...input, fingerprint: bytes(input.fingerprint) }));
     if (out.kind === 'exists') return { kind: 'exists', record: record(out.record) };
     return { kind: 'claimed', token: out.token, claimId: out.claimId, retentionRemainingMs: out.retentionRemainingMs };
   }
 
   async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
-    const out = await this.object(ref.scope, ref.key).takeOver(ref.token, leaseMs);
+    const out = await this.call(ref.scope, ref.key, 'takeOver', (o) => o.takeOver(ref.token, leaseMs));
     if (out.kind !== 'taken') return { kind: 'lost' };
     const { token, claimId, recoveryPoint, phaseResults, failedAttempts } = out;
     return { kind: 'taken', token, claimId, recoveryPoint, phaseResults: asJson(phaseResults) as Record<string, unknown>, failedAttempts };
@@ -97,41 +110,45 @@ export class DurableObjectStore implements IdempotencyStore<NoTransaction> {
       rec.kind === 'phase'
         ? { kind: 'phase', phase: rec.phase, result: asJson(rec.result), leaseMs: rec.leaseMs }
         : { kind: 'finish', response: response(rec.response) };
-    const out = await this.object(ref.scope, ref.key).commit(ref.token, wire);
+    const out = await this.call(ref.scope, ref.key, 'commit', (o) => o.commit(ref.token, wire));
     return out.kind === 'ok' ? { kind: 'ok', value } : { kind: 'fenced' };
   }
 
   async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
-    return fenced(await this.object(ref.scope, ref.key).extendLease(ref.token, leaseMs), undefined);
+    return fenced(await this.call(ref.scope, ref.key, 'extendLease', (o) => o.extendLease(ref.token, leaseMs)), undefined);
   }
 
   async release(ref: KeyRef): Promise<Fenced<'released'>> {
-    return fenced(await this.object(ref.scope, ref.key).release(ref.token), 'released' as const);
+    return fenced(await this.call(ref.scope, ref.key, 'release', (o) => o.release(ref.token)), 'released' as const);
   }
 
   async discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>> {
-    const out = await this.object(ref.scope, ref.key).discard(ref.token);
+    const out = await this.call(ref.scope, ref.key, 'discard', (o) => o.discard(ref.token));
     return out.kind === 'ok' ? { kind: 'ok', value: out.value === 'deleted' ? 'deleted' : 'released' } : { kind: 'fenced' };
   }
 
   async countFailure(ref: KeyRef): Promise<Fenced<number>> {
-    const out = await this.object(ref.scope, ref.key).countFailure(ref.token);
+    const out = await this.call(ref.scope, ref.key, 'countFailure', (o) => o.countFailure(ref.token));
     return out.kind === 'ok' ? { kind: 'ok', value: Number(out.value) } : { kind: 'fenced' };
   }
 
   async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
-    const out = await this.object(scope, key).get(retentionMs);
+    const out = await this.call(scope, key, 'get', (o) => o.get(retentionMs));
     return out ? record(out) : undefined;
   }
 
   async operate(write: OperatorWrite): Promise<Fenced<{ token: number }>> {
-    const out = await this.object(write.ref.scope, write.ref.key).operate({ ...write, ref: { ...write.ref } });
+    const out = await this.call(write.ref.scope, write.ref.key, 'operate', (o) => o.operate({ ...write, ref: { ...write.ref } }));
     return out.kind === 'ok' ? { kind: 'ok', value: { token: Number(out.value.token) } } : { kind: 'fenced' };
   }
 
-  /** The object of (scope, key): one per key, named by both (JSON, so no two pairs share a name). */
-  private object(scope: string, key: string): KeyObjectStub {
-    return this.namespace.get(this.namespace.idFromName(JSON.stringify([scope, key]))) as KeyObjectStub;
+  /**
+   * `fn` on the object of (scope, key) under the deadline: one object per key, named by both
+   * (JSON, so no two pairs share a name).
+   */
+  private call<R>(scope: string, key: string, method: string, fn: (object: KeyObjectStub) => Promise<R>): Promise<R> {
+    const object = this.namespace.get(this.namespace.idFromName(JSON.stringify([scope, key]))) as KeyObjectStub;
+    return withDeadline(fn(object), this.timeoutMs, () => `idem/cloudflare: ${method} on the key's Durable Object got no answer within ${this.timeoutMs} ms`);
   }
 }
 

@@ -6,6 +6,7 @@
 import { openCell, type CellState, type KeyRow } from '../../src/cloudflare/cells.js';
 import { IdemKeyObject } from '../../src/cloudflare/object.js';
 import type { DurableObjectStateLike } from '../../src/cloudflare/workers-types.js';
+import type { ClaimInput } from '../../src/store/types.js';
 
 export class TestKeyObject extends IdemKeyObject {
   private readonly backdoor: ReturnType<typeof openCell>;
@@ -48,6 +49,11 @@ export class TestKeyObject extends IdemKeyObject {
       result: state.row ? JSON.stringify(state.row, (_k, v: unknown) => (v instanceof Uint8Array ? Array.from(v) : v)) : null,
       write: false,
     }));
+  }
+  /** A claim of the key `never-answers` answers after 10 minutes: an object that hangs (protocol.md H17). */
+  override async claim(input: ClaimInput) {
+    if (input.key === 'never-answers') await new Promise((resolve) => setTimeout(resolve, 600_000));
+    return super.claim(input);
   }
   /** Runs the retention alarm now. */
   testAlarm() {
