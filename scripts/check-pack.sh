@@ -123,6 +123,8 @@ for peer in pg postgres mysql2 better-sqlite3 @libsql/client kysely drizzle-orm 
 done
 
 cp scripts/pack/smoke.mjs scripts/pack/usage.ts scripts/pack/usage-frameworks.ts scripts/pack/usage-typed-apps.ts "$APP/"
+# `cloudflare:workers`, which idem/cloudflare/object extends, as a Worker's `wrangler types` declares it.
+cp src/cloudflare/cloudflare-workers.d.ts "$APP/"
 cat >"$APP/tsconfig.json" <<'JSON'
 {
   "compilerOptions": {
@@ -136,7 +138,7 @@ cat >"$APP/tsconfig.json" <<'JSON'
     "skipLibCheck": false,
     "verbatimModuleSyntax": true
   },
-  "files": ["usage.ts"]
+  "files": ["usage.ts", "cloudflare-workers.d.ts"]
 }
 JSON
 # Framework-typed uses whose framework .d.ts fail with skipLibCheck off (see the file's header):

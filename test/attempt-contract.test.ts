@@ -20,6 +20,7 @@ const kinds = new Set([
   'SqliteStore on node:sqlite',
   'SqliteStore on better-sqlite3',
   'SqliteStore on libSQL (file:)',
+  'DurableObjectStore (SQLite-backed) in Miniflare',
 ]);
 
 for (const factory of storeFactories.filter((f) => kinds.has(f.name))) {

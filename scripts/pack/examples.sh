@@ -42,7 +42,7 @@ cat >"$APP/tsconfig.examples.json" <<'JSON'
     "noUncheckedIndexedAccess": true
   },
   "files": [],
-  "include": ["examples/**/*.ts", "examples-run.ts"]
+  "include": ["examples/**/*.ts", "examples-run.ts", "cloudflare-workers.d.ts"]
 }
 JSON
 

@@ -13,6 +13,9 @@ const pkg = JSON.parse(readFileSync(require.resolve('idem/package.json'), 'utf8'
 const modules = {};
 for (const subpath of Object.keys(pkg.exports)) {
   if (subpath === './package.json') continue;
+  // The Durable Object class extends workerd's `cloudflare:workers`: it loads on Workers only
+  // (scripts/runtimes.sh bundles and runs it in Miniflare).
+  if (subpath === './cloudflare/object') continue;
   const specifier = subpath === '.' ? 'idem' : `idem/${subpath.slice(2)}`;
   modules[specifier] = await import(specifier);
   const names = Object.keys(modules[specifier]);

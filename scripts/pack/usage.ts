@@ -58,6 +58,8 @@ import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStrea
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
 import { MySqlStore } from 'idem/mysql';
+import { DurableObjectStore, type DurableObjectNamespaceLike } from 'idem/cloudflare';
+import { IdemKeyObject } from 'idem/cloudflare/object';
 import mysql from 'mysql2/promise';
 import { SqliteStore } from 'idem/sqlite';
 import Database from 'better-sqlite3';
@@ -288,6 +290,13 @@ const libsqlEngine = new IdempotencyEngine({ store: new SqliteStore({ client: cr
 void libsqlEngine
   .takeOver({ scope: 's', key: 'k', token: 1 })
   .then((run) => run?.phase('charge', async (tx) => (await tx.execute({ sql: 'INSERT INTO charges (amount) VALUES (?)', args: [1] })).rowsAffected));
+// Cloudflare Workers: the Durable Objects store on the binding's namespace; a phase's tx is NoTransaction.
+declare const idemNamespace: DurableObjectNamespaceLike;
+const doStore = new DurableObjectStore({ namespace: idemNamespace });
+const doEngine = new IdempotencyEngine({ store: doStore });
+void doEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', async (tx) => tx.atomic));
+// The object class a Worker exports for its binding (workerd only; typed by `wrangler types`).
+export class KeyObject extends IdemKeyObject {}
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users

@@ -25,6 +25,7 @@ import { ormStoreFactories } from './orm-stores.js';
 import { drizzleFactories } from './drizzle-stores.js';
 import { mysqlFactories } from './mysql-stores.js';
 import { sqliteFactories } from './sqlite-stores.js';
+import { durableObjectFactories } from './durable-object-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -57,6 +58,12 @@ export interface StoreCapabilities {
    * @default true
    */
   forget?: false;
+  /**
+   * `false`: the store does not declare `completion` (DurableObjectStore: its objects cannot be
+   * listed, so no `listAbandoned`); the contract skips the completer's part.
+   * @default true
+   */
+  completion?: false;
 }
 
 /**
@@ -443,6 +450,8 @@ export const storeFactories: StoreFactory[] = [
   ...mysqlFactories(),
   // SqliteStore on node:sqlite, better-sqlite3 and libSQL, each on a file: test/helpers/sqlite-stores.ts.
   ...sqliteFactories(),
+  // DurableObjectStore in Miniflare (workerd), in the full tier: test/helpers/durable-object-stores.ts.
+  ...durableObjectFactories(),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
 
 /** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */

@@ -34,7 +34,8 @@ export function capabilitiesSuite(ctx: ContractContext): void {
         ['completion', 'notify', 'batch', 'operator', 'maintenance'].map((c) => declared.includes(c)),
       );
       assert.ok(hasOperator(s), 'every idem store declares operator (protocol.md K40)');
-      assert.ok(hasCompletion(s), 'every idem store declares completion');
+      // DurableObjectStore cannot list its objects, so it has no completer (its factory says so).
+      if (ctx.caps.completion !== false) assert.ok(hasCompletion(s), 'every idem store declares completion');
     });
   });
 }

@@ -23,7 +23,7 @@ import {
 /** Registers this part of the store contract. */
 export function writeSuite(c: ContractContext): void {
   const { h, store, ref, age, snapshot, get, claimAndTakeOver } = c;
-  describe('completer: saveRequest and listAbandoned', () => {
+  describe('completer: saveRequest and listAbandoned', { skip: c.caps.completion === false && 'the store does not declare completion' }, () => {
     const snapshotOf = { method: 'POST', url: '/v1/charges?x=1', contentType: 'application/json', body: new Uint8Array([0, 123, 255]) };
     const list = (graceMs = 0) => store().listAbandoned!({ limit: 100, graceMs, retentionMs: RETENTION_MS });
     const saveRequest = (r: KeyRef, s = snapshotOf) => store().saveRequest!(r, s);
