@@ -12,6 +12,7 @@ import { dynamoDbFactory } from './helpers/dynamodb-stores.js';
 import { startDynalite, startDynamoDbLocal } from './helpers/dynamodb.js';
 import { fullMatrixOnly } from './helpers/services.js';
 import { dynamoDbCases } from './helpers/dynamodb-cases.js';
+import { dynamoDbExampleCases } from './helpers/dynamodb-example.js';
 
 const local = dynamoDbFactory('DynamoDbStore on DynamoDB Local', startDynamoDbLocal);
 
@@ -19,3 +20,4 @@ describe('store contract: DynamoDbStore on DynamoDB Local', { skip: fullMatrixOn
 describe('attempt contract: DynamoDbStore on DynamoDB Local', { skip: fullMatrixOnly() }, () => attemptContract(local));
 describe('DynamoDbStore on DynamoDB Local', { skip: fullMatrixOnly() }, () => dynamoDbCases(startDynamoDbLocal));
 describe('DynamoDbStore on dynalite (in process)', () => dynamoDbCases(startDynalite));
+describe('examples/dynamodb on DynamoDB Local', { skip: fullMatrixOnly() }, () => dynamoDbExampleCases(startDynamoDbLocal));

@@ -37,7 +37,9 @@ export const A = {
   /** Chunk count of an out-of-line body, and the token its chunks were written under. */
   chunks: 'rc',
   chunkToken: 'rct',
-  operatorNote: 'on',
+  operatorNote: 'opn',
+  /** The request snapshot (completer, protocol.md K13), JSON with the body in base64. */
+  request: 'rq',
 } as const;
 
 /** The partition key of (scope, key): length-prefixed, so no two pairs share it. */

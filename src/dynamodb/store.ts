@@ -8,7 +8,9 @@ import { randomUUID } from 'node:crypto';
 import { DeleteItemCommand, GetItemCommand, PutItemCommand, TransactWriteItemsCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { KeyState, RECOVERY_POINT_FINISHED, RECOVERY_POINT_START } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
+import { encodeSnapshot } from '../store/records.js';
 import type {
+  AbandonedKey,
   ClaimInput,
   ClaimResult,
   CommitRecord,
@@ -17,12 +19,14 @@ import type {
   KeyRecord,
   KeyRef,
   OperatorWrite,
+  RequestSnapshot,
   StoreCapabilities,
   TakeOverResult,
 } from '../store/types.js';
 import { conditionFailed, type DynamoDbClientLike, type Item, TRANSACTION_CANCELED, type TransactWriteItem } from './client.js';
 import { A, keyOf, LEASE_OVER, leaseOver, num, partitionKey, readNum, readStr, retentionOver, str, toRecord } from './items.js';
 import type { DynamoDbStoreOptions, DynamoDbTx } from './options.js';
+import { listAbandoned } from './completion.js';
 import { CHUNK_BYTES, deleteChunks, readResponse, responseAttributes, writeChunks } from './response.js';
 
 export type { DynamoDbStoreOptions, DynamoDbTx } from './options.js';
@@ -59,11 +63,12 @@ interface Update {
  */
 export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   /**
-   * Beyond the core (protocol.md K48): operator release and forget. No `notify` (DynamoDB has no
-   * notification but Streams, which Lambda reads), no completer (listing abandoned keys is a
-   * table scan), no batches, no table to migrate (the table is infrastructure).
+   * Beyond the core (protocol.md K48): the completer (its list is a table scan, K50 6) and
+   * operator release and forget. No `notify` (DynamoDB has no notification but Streams, which
+   * Lambda reads), no batches, no table to migrate or sweep (the table is infrastructure; TTL
+   * deletes).
    */
-  readonly capabilities: StoreCapabilities = { operator: true };
+  readonly capabilities: StoreCapabilities = { completion: true, operator: true };
   readonly noSubscribe = 'DynamoDB cannot notify a waiting duplicate (no LISTEN, no pub/sub)';
   readonly table: string;
   private readonly client: DynamoDbClientLike;
@@ -81,8 +86,10 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
     const skew = options.clockSkewMs ?? 1000;
     if (!(Number.isFinite(skew) && skew >= 0)) throw new InvalidOptionError('DynamoDbStore: clockSkewMs must be a number of ms >= 0');
     const inline = options.inlineMaxBytes ?? 300_000;
-    if (!(Number.isInteger(inline) && inline >= 0 && inline <= CHUNK_BYTES)) throw new InvalidOptionError(`DynamoDbStore: inlineMaxBytes must be an integer 0-${CHUNK_BYTES}`);
-    if (options.clock !== undefined && typeof options.clock !== 'function') throw new InvalidOptionError('DynamoDbStore: clock must be a function returning epoch ms');
+    if (!(Number.isInteger(inline) && inline >= 0 && inline <= CHUNK_BYTES))
+      throw new InvalidOptionError(`DynamoDbStore: inlineMaxBytes must be an integer 0-${CHUNK_BYTES}`);
+    if (options.clock !== undefined && typeof options.clock !== 'function')
+      throw new InvalidOptionError('DynamoDbStore: clock must be a function returning epoch ms');
     this.client = options.client;
     this.table = options.table;
     this.skewMs = skew;
@@ -118,14 +125,23 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   async takeOver(ref: KeyRef, leaseMs: number): Promise<TakeOverResult> {
     const item = await this.read(ref.scope, ref.key);
     const now = this.clock();
-    if (!item || readNum(item, A.token) !== ref.token || readStr(item, A.state) !== KeyState.Started || !leaseOver(item, now, this.skewMs)) return { kind: 'lost' };
+    if (!item || readNum(item, A.token) !== ref.token || readStr(item, A.state) !== KeyState.Started || !leaseOver(item, now, this.skewMs))
+      return { kind: 'lost' };
     // protocol.md K23: a lease that ran out unreleased was a crash and counts; the read's
     // released flag is part of the compare-and-set, so the count is decided on the item as read.
     const released = (item[A.released] as { BOOL?: boolean } | undefined)?.BOOL === true;
     const token = this.nextToken(ref.token);
     const out = await this.update(ref, {
       set: [`${A.token} = :n`, `${A.lockedUntil} = :lu`, `${A.released} = :false`, `${A.failedAttempts} = if_not_exists(${A.failedAttempts}, :zero) + :inc`],
-      values: { ':n': num(token), ':lu': num(now + leaseMs), ':false': { BOOL: false }, ':zero': num(0), ':inc': num(released ? 0 : 1), ':rel': { BOOL: released }, ...this.times(now) },
+      values: {
+        ':n': num(token),
+        ':lu': num(now + leaseMs),
+        ':false': { BOOL: false },
+        ':zero': num(0),
+        ':inc': num(released ? 0 : 1),
+        ':rel': { BOOL: released },
+        ...this.times(now),
+      },
       condition: `${FENCE} AND ${LEASE_OVER} AND ${released ? `${A.released} = :rel` : `(attribute_not_exists(${A.released}) OR ${A.released} = :rel)`}`,
     });
     if (!out) return { kind: 'lost' };
@@ -179,12 +195,19 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   }
 
   async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
-    return this.fenced(await this.update(ref, { set: [`${A.lockedUntil} = :lu`], values: { ':lu': num(this.clock() + leaseMs) }, condition: FENCE }), undefined);
+    return this.fenced(
+      await this.update(ref, { set: [`${A.lockedUntil} = :lu`], values: { ':lu': num(this.clock() + leaseMs) }, condition: FENCE }),
+      undefined,
+    );
   }
 
   async release(ref: KeyRef): Promise<Fenced<'released'>> {
     // The lease ends now and is marked released: the next takeover is at once and counts no crash (K10, K23).
-    const out = await this.update(ref, { set: [`${A.lockedUntil} = :lu`, `${A.released} = :true`], values: { ':lu': num(this.clock()), ':true': { BOOL: true } }, condition: FENCE });
+    const out = await this.update(ref, {
+      set: [`${A.lockedUntil} = :lu`, `${A.released} = :true`],
+      values: { ':lu': num(this.clock()), ':true': { BOOL: true } },
+      condition: FENCE,
+    });
     return this.fenced(out, 'released' as const);
   }
 
@@ -207,7 +230,11 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   }
 
   async countFailure(ref: KeyRef): Promise<Fenced<number>> {
-    const out = await this.update(ref, { set: [`${A.failedAttempts} = if_not_exists(${A.failedAttempts}, :zero) + :one`], values: { ':zero': num(0), ':one': num(1) }, condition: FENCE });
+    const out = await this.update(ref, {
+      set: [`${A.failedAttempts} = if_not_exists(${A.failedAttempts}, :zero) + :one`],
+      values: { ':zero': num(0), ':one': num(1) },
+      condition: FENCE,
+    });
     return out ? { kind: 'ok', value: readNum(out, A.failedAttempts) ?? 0 } : { kind: 'fenced' };
   }
 
@@ -223,23 +250,67 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
     const { ref } = write;
     const now = this.clock();
     const token = this.nextToken(ref.token);
-    const values: Item = { ':n': num(token), ':lu': num(now), ':true': { BOOL: true }, ':note': str(write.note), ...this.times(now) };
+    const values: Item = { ':n': num(token), ':lu': num(now), ':true': { BOOL: true }, ':note': str(write.note) };
     const set = [`${A.token} = :n`, `${A.lockedUntil} = :lu`, `${A.released} = :true`, `${A.operatorNote} = :note`];
     let update: Update;
     if (write.action === 'release') {
       // protocol.md K41: a valid lease only with force; the holder is fenced by the new token.
-      update = { set, values, condition: write.force ? FENCE : `${FENCE} AND ${LEASE_OVER}` };
+      update = write.force ? { set, values, condition: FENCE } : { set, values: { ...values, ...this.times(now) }, condition: `${FENCE} AND ${LEASE_OVER}` };
     } else {
       // protocol.md K42: a finished key becomes a released claim at `start` with nothing stored.
-      Object.assign(values, { ':done': str(KeyState.Done), ':st': str(KeyState.Started), ':rp': str(RECOVERY_POINT_START), ':pr': str('{}'), ':cid': str(randomUUID()), ':zero': num(0) });
+      Object.assign(values, {
+        ':done': str(KeyState.Done),
+        ':st': str(KeyState.Started),
+        ':rp': str(RECOVERY_POINT_START),
+        ':pr': str('{}'),
+        ':cid': str(randomUUID()),
+        ':zero': num(0),
+      });
       set.push(`${A.state} = :st`, `${A.recoveryPoint} = :rp`, `${A.phaseResults} = :pr`, `${A.claimId} = :cid`, `${A.failedAttempts} = :zero`);
-      update = { set, remove: [A.status, A.headers, A.body, A.chunks, A.chunkToken, A.finishedAt], values, condition: `${A.token} = :t AND ${A.state} = :done` };
+      update = {
+        set,
+        remove: [A.status, A.headers, A.body, A.chunks, A.chunkToken, A.finishedAt, A.request],
+        values,
+        condition: `${A.token} = :t AND ${A.state} = :done`,
+      };
     }
     const old = write.action === 'forget' ? await this.read(ref.scope, ref.key) : undefined;
     const out = await this.update(ref, update, write.action === 'forget');
     if (!out) return { kind: 'fenced' };
     if (old && readNum(old, A.chunks) !== undefined) await this.dropChunks(ref.scope, ref.key, readNum(old, A.chunkToken) ?? 0);
     return { kind: 'ok', value: { token } };
+  }
+
+  async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
+    // Kept in the key item: a snapshot counts toward its 400 KB (the body in base64).
+    return this.fenced(await this.update(ref, { set: [`${A.request} = :rq`], values: { ':rq': str(encodeSnapshot(request)) }, condition: FENCE }), undefined);
+  }
+
+  listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
+    return listAbandoned({ client: this.client, table: this.table, now: this.clock(), skewMs: this.skewMs }, options);
+  }
+
+  async discardAbandoned(ref: KeyRef): Promise<Fenced> {
+    // One conditional delete: still as listed (token, started, at start, no snapshot, lease over).
+    try {
+      await this.client.send(
+        new DeleteItemCommand({
+          TableName: this.table,
+          Key: keyOf(ref.scope, ref.key),
+          ConditionExpression: `${FENCE} AND ${A.recoveryPoint} = :start AND attribute_not_exists(${A.request}) AND ${LEASE_OVER}`,
+          ExpressionAttributeValues: {
+            ':t': num(ref.token),
+            ':started': str(KeyState.Started),
+            ':start': str(RECOVERY_POINT_START),
+            ...this.times(this.clock()),
+          },
+        }),
+      );
+      return { kind: 'ok', value: undefined };
+    } catch (error) {
+      if (conditionFailed(error)) return { kind: 'fenced' };
+      throw error;
+    }
   }
 
   /**
@@ -311,7 +382,9 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   private async put(item: Item, condition: string, values: Item): Promise<boolean> {
     try {
       const hasValues = Object.keys(values).length > 0;
-      await this.client.send(new PutItemCommand({ TableName: this.table, Item: item, ConditionExpression: condition, ...(hasValues ? { ExpressionAttributeValues: values } : {}) }));
+      await this.client.send(
+        new PutItemCommand({ TableName: this.table, Item: item, ConditionExpression: condition, ...(hasValues ? { ExpressionAttributeValues: values } : {}) }),
+      );
       return true;
     } catch (error) {
       if (conditionFailed(error)) return false;
@@ -322,7 +395,13 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   private updateInput(ref: KeyRef, u: Update, done = false): UpdateInput {
     const expression = `SET ${u.set.join(', ')}${u.remove?.length ? ` REMOVE ${u.remove.join(', ')}` : ''}`;
     const values: Item = { ':t': num(ref.token), ...(done ? {} : { ':started': str(KeyState.Started) }), ...u.values };
-    return { TableName: this.table, Key: keyOf(ref.scope, ref.key), UpdateExpression: expression, ConditionExpression: u.condition, ExpressionAttributeValues: values };
+    return {
+      TableName: this.table,
+      Key: keyOf(ref.scope, ref.key),
+      UpdateExpression: expression,
+      ConditionExpression: u.condition,
+      ExpressionAttributeValues: values,
+    };
   }
 
   /** One fenced update; the item after it, or `undefined` when the condition refused it. */

@@ -97,7 +97,11 @@ export function dynamoDbCases(start: () => Promise<DynamoDbEmulator>): void {
     await h.store.commit(ref, () => ({ kind: 'finish', response: { status: 201, headers: [], body: new Uint8Array([7]) } }));
     now += 60_001;
     const raw = await emulator.client.send(
-      new GetItemCommand({ TableName: (h.store as unknown as { table: string }).table, Key: { pk: { S: '8:tenant-1:old' }, sk: { S: 'key' } }, ConsistentRead: true }),
+      new GetItemCommand({
+        TableName: (h.store as unknown as { table: string }).table,
+        Key: { pk: { S: '8:tenant-1:old' }, sk: { S: 'key' } },
+        ConsistentRead: true,
+      }),
     );
     assert.ok(raw.Item, 'the item is still in the table (TTL deletion is lazy; emulators never delete)');
     assert.equal(await h.store.get('tenant-1', 'old', 60_000), undefined, 'get: absent');

@@ -36,7 +36,8 @@ export async function dynamoDbHarness(emulator: DynamoDbEmulator, options: Parti
   const store = new DynamoDbStore({ clockSkewMs: 0, ...options, client, table });
   let seq = 0;
   const key = (scope: string, k: string) => ({ pk: { S: pkOf(scope, k) }, sk: { S: 'key' } });
-  const item = async (scope: string, k: string) => (await client.send(new GetItemCommand({ TableName: table, Key: key(scope, k), ConsistentRead: true }))).Item as Item | undefined;
+  const item = async (scope: string, k: string) =>
+    (await client.send(new GetItemCommand({ TableName: table, Key: key(scope, k), ConsistentRead: true }))).Item as Item | undefined;
   const keyItems = async () => (await scanAll(client, table)).filter((i) => (i.sk as { S: string }).S === 'key');
   const harness: StoreHarness<DynamoDbTx> = {
     store,
@@ -65,7 +66,12 @@ export async function dynamoDbHarness(emulator: DynamoDbEmulator, options: Parti
     },
     async setLease(scope, k, ms) {
       await client.send(
-        new UpdateItemCommand({ TableName: table, Key: key(scope, k), UpdateExpression: 'SET lu = :lu', ExpressionAttributeValues: { ':lu': { N: String(Date.now() + ms) } } }),
+        new UpdateItemCommand({
+          TableName: table,
+          Key: key(scope, k),
+          UpdateExpression: 'SET lu = :lu',
+          ExpressionAttributeValues: { ':lu': { N: String(Date.now() + ms) } },
+        }),
       );
     },
     async tokenOf(scope, k) {
@@ -94,7 +100,14 @@ export async function dynamoDbHarness(emulator: DynamoDbEmulator, options: Parti
     count: async () => (await keyItems()).length,
     async staleInTx(_tx, scope, k) {
       // Another worker's takeover, committed while this commit's effects run (before its transaction is sent).
-      await client.send(new UpdateItemCommand({ TableName: table, Key: key(scope, k), UpdateExpression: 'SET tok = tok + :one', ExpressionAttributeValues: { ':one': { N: '1' } } }));
+      await client.send(
+        new UpdateItemCommand({
+          TableName: table,
+          Key: key(scope, k),
+          UpdateExpression: 'SET tok = tok + :one',
+          ExpressionAttributeValues: { ':one': { N: '1' } },
+        }),
+      );
     },
     dump: async () => (await scanAll(client, table)).map((i) => JSON.stringify(plain(i))).join('\n'),
     async rows() {
@@ -124,7 +137,7 @@ export async function dynamoDbHarness(emulator: DynamoDbEmulator, options: Parti
 export function dynamoDbFactory(name: string, start: () => Promise<DynamoDbEmulator>): StoreFactory {
   return {
     name,
-    capabilities: { sweep: false, partitioned: false, sql: false, virtualTime: false },
+    capabilities: { sweep: false, partitioned: false, sql: false, virtualTime: false, sentWhole: true },
     contractOnly: true,
     async connect() {
       const emulator = await start();

@@ -21,7 +21,12 @@ export interface DynamoDbEmulator {
 }
 
 const clientOn = (port: number) =>
-  new DynamoDBClient({ endpoint: `http://127.0.0.1:${port}`, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' }, maxAttempts: 1 });
+  new DynamoDBClient({
+    endpoint: `http://127.0.0.1:${port}`,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+    maxAttempts: 1,
+  });
 
 async function freePort(): Promise<number> {
   const server = createServer();
@@ -37,9 +42,17 @@ export async function startDynamoDbLocal(): Promise<DynamoDbEmulator> {
   const child = spawnDynamoDbLocal({ port });
   let exited = false;
   let output = '';
-  child.stdout?.on('data', (d: Buffer) => void (output += d.toString()));
-  child.stderr?.on('data', (d: Buffer) => void (output += d.toString()));
-  const gone = new Promise<void>((resolve) => child.once('exit', () => ((exited = true), resolve())));
+  const collect = (d: Buffer) => {
+    output += d.toString();
+  };
+  child.stdout?.on('data', collect);
+  child.stderr?.on('data', collect);
+  const gone = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      exited = true;
+      resolve();
+    }),
+  );
   const client = clientOn(port);
   // Readiness: the first ListTables it answers (the JVM takes seconds to bind on a loaded machine).
   for (;;) {
