@@ -1,5 +1,5 @@
 /**
- * DynamoDbStore (protocol.md K50): the store contract and the attempt contract on DynamoDB Local
+ * DynamoDbStore (protocol.md K53): the store contract and the attempt contract on DynamoDB Local
  * (the full matrix: it runs on Java), and the DynamoDB cases of issue 43 on both emulators:
  * 32 concurrent duplicates run the work once; a takeover after the lease fences the late
  * writer; a response over 400 KB replays byte for byte; an item past retention is never

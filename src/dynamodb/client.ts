@@ -1,5 +1,5 @@
 /**
- * The slice of `@aws-sdk/client-dynamodb` the DynamoDB store uses (protocol.md K50): the user's
+ * The slice of `@aws-sdk/client-dynamodb` the DynamoDB store uses (protocol.md K53): the user's
  * `DynamoDBClient` (anything with its `send`), and the attribute-value and transaction shapes,
  * declared here so that idem's types never name the SDK. The command classes come from the
  * optional peer `@aws-sdk/client-dynamodb`, imported by this subpath only (`idem/dynamodb`).
@@ -20,7 +20,7 @@ export type AttributeValue =
 export type Item = Record<string, AttributeValue>;
 
 /**
- * One write of a `TransactWriteItems` request (a phase's effect, protocol.md K50 3): a
+ * One write of a `TransactWriteItems` request (a phase's effect, protocol.md K53 3): a
  * `Put`, `Update`, `Delete` or `ConditionCheck` with `TableName`, as the SDK's
  * `TransactWriteItem` (its optional fields are passed through as given).
  */

@@ -1,5 +1,5 @@
 /**
- * The completer's list on DynamoDB (protocol.md K12-K13, K50 6): `started` keys within retention
+ * The completer's list on DynamoDB (protocol.md K12-K13, K53 6): `started` keys within retention
  * whose lease ended at least `graceMs` ago, found by a `Scan` of the table (DynamoDB has no
  * query by lease end without an index of the user's), oldest lease end first. A pass reads the
  * whole table: run the completer on a period the table's read capacity affords.
@@ -19,7 +19,7 @@ export interface ScanContext {
   skewMs: number;
 }
 
-/** The lease end as a taker sees it: a released lease at its end, any other `skewMs` later (K50 2). */
+/** The lease end as a taker sees it: a released lease at its end, any other `skewMs` later (K53 2). */
 const leaseEnd = (item: Item, skewMs: number): number => {
   const lu = readNum(item, A.lockedUntil) ?? Number.NEGATIVE_INFINITY;
   return (item[A.released] as { BOOL?: boolean } | undefined)?.BOOL === true ? lu : lu + skewMs;

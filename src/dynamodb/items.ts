@@ -1,8 +1,8 @@
 /**
- * How one key lives in the DynamoDB table (protocol.md K50): the key item (`sk = "key"`) and,
+ * How one key lives in the DynamoDB table (protocol.md K53): the key item (`sk = "key"`) and,
  * for a response too large for one item, its chunk items (`sk = "chunk#<token>#<n>"`). Reading
  * an item back into a {@link KeyRecord}, with the lease and retention judged by the app's clock
- * (DynamoDB has none, K50 2).
+ * (DynamoDB has none, K53 2).
  */
 import { KeyState } from '../core/constants.js';
 import type { KeyRecord, PhaseResults } from '../store/types.js';
@@ -72,7 +72,7 @@ export function readBytes(item: Item, name: string): Uint8Array | undefined {
 }
 
 /**
- * The clock rule (protocol.md K50 2): lease ends are the writer's wall clock; a lease counts as
+ * The clock rule (protocol.md K53 2): lease ends are the writer's wall clock; a lease counts as
  * over for everyone else only `skewMs` after its end, so a host whose clock runs up to `skewMs`
  * ahead never takes a live lease. A released lease (its worker said so) is over at its end.
  */

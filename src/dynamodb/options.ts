@@ -8,7 +8,7 @@ export interface DynamoDbStoreOptions {
   /** The table: partition key `pk` (S), sort key `sk` (S), TTL on `exp` (docs/guides/dynamodb.md). */
   table: string;
   /**
-   * The most two app hosts' wall clocks may differ, in ms (protocol.md K50 2): an unreleased
+   * The most two app hosts' wall clocks may differ, in ms (protocol.md K53 2): an unreleased
    * lease counts as over for a takeover only this long after its end, and the retention left
    * reported to the replay cache is this much shorter. `0` only where one clock writes every
    * lease (one process, tests).
@@ -17,7 +17,7 @@ export interface DynamoDbStoreOptions {
   clockSkewMs?: number;
   /**
    * A response body longer than this many bytes is stored as chunk items beside the key item
-   * (protocol.md K50 4): a DynamoDB item holds at most 400 KB. At most 350 000.
+   * (protocol.md K53 4): a DynamoDB item holds at most 400 KB. At most 350 000.
    * @default 300000
    */
   inlineMaxBytes?: number;
@@ -29,7 +29,7 @@ export interface DynamoDbStoreOptions {
 }
 
 /**
- * The transaction handle a {@link DynamoDbStore} phase's effects get (protocol.md K50 3): the
+ * The transaction handle a {@link DynamoDbStore} phase's effects get (protocol.md K53 3): the
  * effects add their writes with {@link DynamoDbTx.write}, and the store sends them in ONE
  * `TransactWriteItems` with the phase's fenced recovery point (or the finish), so both commit
  * or neither does. A fenced commit or a refused condition of one's own leaves nothing. At most

@@ -1,5 +1,5 @@
 /**
- * A stored response on DynamoDB (protocol.md K50 4): inline in the key item up to
+ * A stored response on DynamoDB (protocol.md K53 4): inline in the key item up to
  * `inlineMaxBytes`, else chunk items of at most {@link CHUNK_BYTES} beside it, written BEFORE the
  * fenced finish under the finishing token, so the key item never points at chunks that were not
  * written (the rule of an external blob store, K14); a fenced finish deletes its chunks, and

@@ -1,5 +1,5 @@
 /**
- * The DynamoDB store (protocol.md K50): one key item per (scope, key), every write after the
+ * The DynamoDB store (protocol.md K53): one key item per (scope, key), every write after the
  * claim a conditional write on the fencing token, a phase's effects in one `TransactWriteItems`
  * with its recovery point, large responses as chunk items, retention checked on every read and
  * the TTL attribute `exp` left to delete what retention ended.
@@ -63,7 +63,7 @@ interface Update {
  */
 export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   /**
-   * Beyond the core (protocol.md K48): the completer (its list is a table scan, K50 6) and
+   * Beyond the core (protocol.md K48): the completer (its list is a table scan, K53 6) and
    * operator release and forget. No `notify` (DynamoDB has no notification but Streams, which
    * Lambda reads), no batches, no table to migrate or sweep (the table is infrastructure; TTL
    * deletes).
@@ -102,7 +102,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
       const now = this.clock();
       const token = this.nextToken(0);
       const claimId = randomUUID();
-      // protocol.md K50 1: the claim is one conditional PutItem; the condition is the uniqueness.
+      // protocol.md K53 1: the claim is one conditional PutItem; the condition is the uniqueness.
       const item = this.freshItem(input, now, token, claimId);
       if (await this.put(item, 'attribute_not_exists(pk)', {})) return this.claimed(token, claimId, input.retentionMs);
       const existing = await this.read(input.scope, input.key);
@@ -241,7 +241,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
     const item = await this.read(scope, key);
     const now = this.clock();
-    // TTL deletion is lazy (hours to days): retention is judged here, on every read (K50 5).
+    // TTL deletion is lazy (hours to days): retention is judged here, on every read (K53 5).
     if (!item || retentionOver(item, retentionMs, now)) return undefined;
     return this.record(item, { scope, key, retentionMs }, now);
   }
@@ -314,7 +314,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   }
 
   /**
-   * Tokens (protocol.md K50 1): above `floor` (the item's token) and above every token this
+   * Tokens (protocol.md K53 1): above `floor` (the item's token) and above every token this
    * process drew, from the clock (ms × 1000) so that a fresh item after a delete starts above
    * the deleted one's tokens while hosts' clocks agree.
    */
@@ -330,7 +330,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   /**
    * A fresh key item. The TTL attribute `exp` (epoch s) is the claim plus twice the retention:
    * the engine keeps retention above any lease's life (K7), and a takeover happens only within
-   * retention, so no live lease is ever deleted by TTL (K50 5).
+   * retention, so no live lease is ever deleted by TTL (K53 5).
    */
   private freshItem(input: ClaimInput, now: number, token: number, claimId: string): Item {
     return {
@@ -415,7 +415,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
     }
   }
 
-  /** The effects' writes and the fenced update in ONE transaction (K50 3): false when the fence refused it. */
+  /** The effects' writes and the fenced update in ONE transaction (K53 3): false when the fence refused it. */
   private async transact(ref: KeyRef, u: Update, writes: TransactWriteItem[]): Promise<boolean> {
     try {
       await this.client.send(new TransactWriteItemsCommand({ TransactItems: [...writes, { Update: this.updateInput(ref, u) }] }));

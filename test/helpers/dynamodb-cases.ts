@@ -1,5 +1,5 @@
 /**
- * The DynamoDB cases of issue 43 (protocol.md K50), run over each emulator by
+ * The DynamoDB cases of issue 43 (protocol.md K53), run over each emulator by
  * test/dynamodb-store.test.ts. Time moves on the store's own clock (its `clock` option), never by
  * sleeping: a lease runs out and retention ends when the test says so.
  */
