@@ -37,6 +37,8 @@ export interface DynamoDbClientLike {
   send(command: any, options?: { abortSignal?: AbortSignal }): Promise<any>;
 }
 
+import { StoreUnavailableError } from '../core/errors.js';
+
 /** The error name DynamoDB gives a failed `ConditionExpression`. */
 export const CONDITION_FAILED = 'ConditionalCheckFailedException';
 /** The error name of a cancelled `TransactWriteItems` (its `CancellationReasons` say which item). */
@@ -45,4 +47,40 @@ export const TRANSACTION_CANCELED = 'TransactionCanceledException';
 /** Whether `error` is DynamoDB's refusal of a `ConditionExpression`. */
 export function conditionFailed(error: unknown): boolean {
   return (error as { name?: string } | null)?.name === CONDITION_FAILED;
+}
+
+/**
+ * DynamoDB's answers that a later attempt can outgrow (protocol.md K46): throttling, capacity,
+ * a service fault, a transaction that met another one on the same item.
+ */
+const TRANSIENT = new Set([
+  'ProvisionedThroughputExceededException',
+  'ThrottlingException',
+  'RequestLimitExceeded',
+  'InternalServerError',
+  'ServiceUnavailable',
+  'TransactionConflictException',
+  'TransactionInProgressException',
+]);
+
+/** Whether a DynamoDB error is the service's, not the request's: throttled, a fault, or a cancellation for a conflict. */
+function transient(error: unknown): boolean {
+  const e = error as { name?: string; $fault?: string; CancellationReasons?: Array<{ Code?: string }> } | null;
+  if (!e || typeof e !== 'object') return false;
+  if (e.name === TRANSACTION_CANCELED) return (e.CancellationReasons ?? []).some((r) => r.Code === 'TransactionConflict' || r.Code === 'ThrottlingError');
+  return (e.name !== undefined && TRANSIENT.has(e.name)) || e.$fault === 'server';
+}
+
+/**
+ * Sends one command. A refusal the service would lift (throttling, a fault, a conflict) becomes a
+ * `StoreUnavailableError` (retryable: the attempt is not counted, HTTP 503); anything else, a
+ * refused condition included, is thrown as the SDK threw it.
+ */
+export async function send<T = unknown>(client: DynamoDbClientLike, command: unknown): Promise<T> {
+  try {
+    return (await client.send(command)) as T;
+  } catch (error) {
+    if (transient(error)) throw new StoreUnavailableError(`idem/dynamodb: ${(error as Error).name}: ${(error as Error).message}`, { cause: error });
+    throw error;
+  }
 }

@@ -8,7 +8,7 @@ import { ScanCommand } from '@aws-sdk/client-dynamodb';
 import { KeyState } from '../core/constants.js';
 import { decodeSnapshot } from '../store/records.js';
 import type { AbandonedKey } from '../store/types.js';
-import type { DynamoDbClientLike, Item } from './client.js';
+import { type DynamoDbClientLike, type Item, send } from './client.js';
 import { A, KEY_SK, num, readNum, readStr, str, toRecord } from './items.js';
 
 /** What the list needs of the store. */
@@ -32,7 +32,8 @@ export async function listAbandoned(ctx: ScanContext, options: { limit: number; 
   const found: Item[] = [];
   let start: Item | undefined;
   do {
-    const out = (await ctx.client.send(
+    const out = (await send(
+      ctx.client,
       new ScanCommand({
         TableName: ctx.table,
         ConsistentRead: true,

@@ -98,6 +98,12 @@ export function retentionOver(item: Item, retentionMs: number, now: number): boo
   return (readNum(item, A.createdAt) ?? 0) <= now - retentionMs;
 }
 
+/** The phase results: a map of phase name to its result's JSON text (one `SET pr.#phase` per phase commit). */
+export function readPhaseResults(item: Item): PhaseResults {
+  const m = (item[A.phaseResults] as { M?: Record<string, { S?: string }> } | undefined)?.M ?? {};
+  return Object.fromEntries(Object.entries(m).map(([name, v]) => [name, JSON.parse(v.S ?? 'null') as unknown]));
+}
+
 /** The key item as a record, without its response (read by the store, chunks and all). */
 export function toRecord(item: Item, scope: string, key: string, now: number, skewMs: number): KeyRecord {
   const expired = leaseOver(item, now, skewMs);
@@ -107,7 +113,7 @@ export function toRecord(item: Item, scope: string, key: string, now: number, sk
     state: readStr(item, A.state) === KeyState.Done ? KeyState.Done : KeyState.Started,
     fingerprint: readBytes(item, A.fingerprint) ?? new Uint8Array(),
     recoveryPoint: readStr(item, A.recoveryPoint) ?? 'start',
-    phaseResults: JSON.parse(readStr(item, A.phaseResults) ?? '{}') as PhaseResults,
+    phaseResults: readPhaseResults(item),
     token: readNum(item, A.token) ?? 0,
     claimId: readStr(item, A.claimId) ?? '',
     leaseExpired: expired,

@@ -8,7 +8,7 @@
 import { BatchWriteItemCommand, PutItemCommand, QueryCommand } from '@aws-sdk/client-dynamodb';
 import { ResponseUnreadableError } from '../core/errors.js';
 import type { StoredResponse } from '../store/types.js';
-import type { DynamoDbClientLike, Item } from './client.js';
+import { type DynamoDbClientLike, type Item, send } from './client.js';
 import { A, chunkPrefix, chunkSk, num, partitionKey, readBytes, readNum, readStr, str } from './items.js';
 
 /** Body bytes per chunk item: under DynamoDB's 400 KB item limit with room for the key and names. */
@@ -29,7 +29,8 @@ export async function writeChunks(client: DynamoDbClientLike, table: string, pk:
   const n = Math.ceil(body.byteLength / CHUNK_BYTES);
   await Promise.all(
     Array.from({ length: n }, (_, i) =>
-      client.send(
+      send(
+        client,
         new PutItemCommand({
           TableName: table,
           Item: { pk: str(pk), sk: str(chunkSk(token, i)), b: { B: body.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES) }, exp: num(exp) },
@@ -44,7 +45,8 @@ async function chunkKeys(client: DynamoDbClientLike, table: string, pk: string, 
   const items: Item[] = [];
   let start: Item | undefined;
   do {
-    const out = (await client.send(
+    const out = (await send(
+      client,
       new QueryCommand({
         TableName: table,
         ConsistentRead: true,
@@ -65,7 +67,7 @@ export async function deleteChunks(client: DynamoDbClientLike, table: string, pk
   const keys = await chunkKeys(client, table, pk, token, false);
   for (let i = 0; i < keys.length; i += 25) {
     const batch = keys.slice(i, i + 25).map((Key) => ({ DeleteRequest: { Key } }));
-    await client.send(new BatchWriteItemCommand({ RequestItems: { [table]: batch } }));
+    await send(client, new BatchWriteItemCommand({ RequestItems: { [table]: batch } }));
   }
 }
 

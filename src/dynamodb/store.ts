@@ -23,8 +23,8 @@ import type {
   StoreCapabilities,
   TakeOverResult,
 } from '../store/types.js';
-import { conditionFailed, type DynamoDbClientLike, type Item, TRANSACTION_CANCELED, type TransactWriteItem } from './client.js';
-import { A, keyOf, LEASE_OVER, leaseOver, num, partitionKey, readNum, readStr, retentionOver, str, toRecord } from './items.js';
+import { conditionFailed, type DynamoDbClientLike, type Item, send, TRANSACTION_CANCELED, type TransactWriteItem } from './client.js';
+import { A, keyOf, LEASE_OVER, leaseOver, num, partitionKey, readNum, readPhaseResults, readStr, retentionOver, str, toRecord } from './items.js';
 import type { DynamoDbStoreOptions, DynamoDbTx } from './options.js';
 import { listAbandoned } from './completion.js';
 import { CHUNK_BYTES, deleteChunks, readResponse, responseAttributes, writeChunks } from './response.js';
@@ -41,12 +41,14 @@ interface UpdateInput {
   UpdateExpression: string;
   ConditionExpression: string;
   ExpressionAttributeValues: Item;
+  ExpressionAttributeNames?: Record<string, string>;
 }
 
 /** One update of the key item: its expression and values, fenced by `condition`. */
 interface Update {
   set: string[];
   remove?: string[];
+  names?: Record<string, string>;
   values: Item;
   condition: string;
 }
@@ -150,7 +152,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
       token,
       claimId: readStr(out, A.claimId) ?? '',
       recoveryPoint: readStr(out, A.recoveryPoint) ?? RECOVERY_POINT_START,
-      phaseResults: JSON.parse(readStr(out, A.phaseResults) ?? '{}') as Record<string, unknown>,
+      phaseResults: readPhaseResults(out),
       failedAttempts: readNum(out, A.failedAttempts) ?? 0,
     };
   }
@@ -168,9 +170,11 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
     let update: Update;
     let chunked = false;
     if (rec.kind === 'phase') {
+      // One attribute of the results map per phase: no read before the write.
       update = {
-        set: [`${A.recoveryPoint} = :rp`, `${A.phaseResults} = :pr`, `${A.lockedUntil} = :lu`],
-        values: { ':rp': str(rec.phase), ':pr': str(JSON.stringify(await this.withResult(ref, rec.phase, rec.result))), ':lu': num(now + rec.leaseMs) },
+        set: [`${A.recoveryPoint} = :rp`, `${A.phaseResults}.#phase = :pr`, `${A.lockedUntil} = :lu`],
+        names: { '#phase': rec.phase },
+        values: { ':rp': str(rec.phase), ':pr': str(JSON.stringify(rec.result ?? null)), ':lu': num(now + rec.leaseMs) },
         condition: FENCE,
       };
     } else {
@@ -213,7 +217,8 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
 
   async discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>> {
     try {
-      await this.client.send(
+      await send(
+        this.client,
         new DeleteItemCommand({
           TableName: this.table,
           Key: keyOf(ref.scope, ref.key),
@@ -262,7 +267,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
         ':done': str(KeyState.Done),
         ':st': str(KeyState.Started),
         ':rp': str(RECOVERY_POINT_START),
-        ':pr': str('{}'),
+        ':pr': { M: {} },
         ':cid': str(randomUUID()),
         ':zero': num(0),
       });
@@ -293,7 +298,8 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   async discardAbandoned(ref: KeyRef): Promise<Fenced> {
     // One conditional delete: still as listed (token, started, at start, no snapshot, lease over).
     try {
-      await this.client.send(
+      await send(
+        this.client,
         new DeleteItemCommand({
           TableName: this.table,
           Key: keyOf(ref.scope, ref.key),
@@ -324,6 +330,8 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   }
 
   private claimed(token: number, claimId: string, retentionMs: number): ClaimResult {
+    // An injected clock is not real time: the replay cache (K20) then caches nothing.
+    if (this.clock !== Date.now) return { kind: 'claimed', token, claimId };
     return { kind: 'claimed', token, claimId, retentionRemainingMs: Math.max(0, retentionMs - this.skewMs) };
   }
 
@@ -340,7 +348,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
       [A.state]: str(KeyState.Started),
       [A.fingerprint]: { B: input.fingerprint },
       [A.recoveryPoint]: str(RECOVERY_POINT_START),
-      [A.phaseResults]: str('{}'),
+      [A.phaseResults]: { M: {} },
       [A.token]: num(token),
       [A.claimId]: str(claimId),
       [A.lockedUntil]: num(now + input.leaseMs),
@@ -357,14 +365,14 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
 
   private async record(item: Item, input: { scope: string; key: string; retentionMs: number; fingerprint?: Uint8Array }, now: number): Promise<KeyRecord> {
     const record = toRecord(item, input.scope, input.key, now, this.skewMs);
-    record.retentionRemainingMs = (readNum(item, A.createdAt) ?? 0) + input.retentionMs - now - this.skewMs;
+    if (this.clock === Date.now) record.retentionRemainingMs = (readNum(item, A.createdAt) ?? 0) + input.retentionMs - now - this.skewMs;
     const mismatch = input.fingerprint !== undefined && Buffer.compare(Buffer.from(input.fingerprint), Buffer.from(record.fingerprint)) !== 0;
     if (record.state === KeyState.Done && !mismatch) record.response = await readResponse(this.client, this.table, input.scope, input.key, item);
     return record;
   }
 
   private async read(scope: string, key: string): Promise<Item | undefined> {
-    const out = (await this.client.send(new GetItemCommand({ TableName: this.table, Key: keyOf(scope, key), ConsistentRead: true }))) as { Item?: Item };
+    const out = (await send(this.client, new GetItemCommand({ TableName: this.table, Key: keyOf(scope, key), ConsistentRead: true }))) as { Item?: Item };
     return out.Item;
   }
 
@@ -373,16 +381,11 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
     return item ? (readNum(item, 'exp') ?? 0) : 0;
   }
 
-  private async withResult(ref: KeyRef, phase: string, result: unknown): Promise<Record<string, unknown>> {
-    const item = await this.read(ref.scope, ref.key);
-    const results = JSON.parse((item && readStr(item, A.phaseResults)) ?? '{}') as Record<string, unknown>;
-    return { ...results, [phase]: JSON.parse(JSON.stringify(result ?? null)) as unknown };
-  }
-
   private async put(item: Item, condition: string, values: Item): Promise<boolean> {
     try {
       const hasValues = Object.keys(values).length > 0;
-      await this.client.send(
+      await send(
+        this.client,
         new PutItemCommand({ TableName: this.table, Item: item, ConditionExpression: condition, ...(hasValues ? { ExpressionAttributeValues: values } : {}) }),
       );
       return true;
@@ -395,19 +398,21 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   private updateInput(ref: KeyRef, u: Update, done = false): UpdateInput {
     const expression = `SET ${u.set.join(', ')}${u.remove?.length ? ` REMOVE ${u.remove.join(', ')}` : ''}`;
     const values: Item = { ':t': num(ref.token), ...(done ? {} : { ':started': str(KeyState.Started) }), ...u.values };
-    return {
+    const input: UpdateInput = {
       TableName: this.table,
       Key: keyOf(ref.scope, ref.key),
       UpdateExpression: expression,
       ConditionExpression: u.condition,
       ExpressionAttributeValues: values,
     };
+    if (u.names) input.ExpressionAttributeNames = u.names;
+    return input;
   }
 
   /** One fenced update; the item after it, or `undefined` when the condition refused it. */
   private async update(ref: KeyRef, u: Update, done = false): Promise<Item | undefined> {
     try {
-      const out = (await this.client.send(new UpdateItemCommand({ ...this.updateInput(ref, u, done), ReturnValues: 'ALL_NEW' }))) as { Attributes?: Item };
+      const out = (await send(this.client, new UpdateItemCommand({ ...this.updateInput(ref, u, done), ReturnValues: 'ALL_NEW' }))) as { Attributes?: Item };
       return out.Attributes ?? {};
     } catch (error) {
       if (conditionFailed(error)) return undefined;
@@ -418,7 +423,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
   /** The effects' writes and the fenced update in ONE transaction (K53 3): false when the fence refused it. */
   private async transact(ref: KeyRef, u: Update, writes: TransactWriteItem[]): Promise<boolean> {
     try {
-      await this.client.send(new TransactWriteItemsCommand({ TransactItems: [...writes, { Update: this.updateInput(ref, u) }] }));
+      await send(this.client, new TransactWriteItemsCommand({ TransactItems: [...writes, { Update: this.updateInput(ref, u) }] }));
       return true;
     } catch (error) {
       const e = error as { name?: string; CancellationReasons?: Array<{ Code?: string }> };
