@@ -5,7 +5,7 @@
  *
  * Layers, bottom up: core (pure) → store (the interface) → engine → http (the web core) and
  * consumer → the surfaces (framework adapters, broker adapters, Lambda, functions, webhooks).
- * The stores (postgres and its drivers, mysql, redis, memory) sit on store and core only. The
+ * The stores (postgres and its drivers, mysql, redis, dynamodb, memory) sit on store and core only. The
  * CLI sits on top and nothing imports it.
  */
 
@@ -16,7 +16,7 @@ const FUNCTION_SURFACES = ['mcp', 'ai'];
 /** The key of an agent's tool call, neutral of the framework (protocol.md K48): shared by the tool surfaces, on core only. */
 const TOOL_CALL = ['tool-call'];
 /** The stores and the drivers of PostgresStore. */
-const STORES = ['postgres', 'postgresjs', 'kysely', 'prisma', 'drizzle', 'mysql', 'sqlite', 'redis', 'memory', 'cloudflare'];
+const STORES = ['postgres', 'postgresjs', 'kysely', 'prisma', 'drizzle', 'mysql', 'sqlite', 'redis', 'dynamodb', 'memory', 'cloudflare'];
 /** What only an application or the CLI puts together. */
 const TOOLS = ['cli', 'otel', 'operator', 'openapi', 'client'];
 

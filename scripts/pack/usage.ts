@@ -54,6 +54,7 @@ import { openTelemetry } from 'idem/otel';
 import { forgetKey, releaseKey, type OperatorOutcome } from 'idem/operator';
 import { idempotencyComponents, withIdempotency } from 'idem/openapi';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
+import { DynamoDbStore, type DynamoDbClientLike, type DynamoDbTx } from 'idem/dynamodb';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
@@ -128,7 +129,11 @@ declare const redisClient: NodeRedisClient;
 const redisStore = new RedisStore({ client: redisClient, prefix: 'idem:' });
 const redisEngine = new IdempotencyEngine<NoTransaction>({ store: redisStore, leaseMs: 30_000 });
 const noTx: NoTransaction = NO_TRANSACTION;
-console.log(memoryEngine, cachedEngine, cacheStats.hits, swept, memoryStore.size, redisEngine, noTx.atomic);
+// DynamoDB through anything with a DynamoDBClient's `send` (the SDK is the store's optional peer).
+declare const dynamoClient: DynamoDbClientLike;
+const dynamoStore = new DynamoDbStore({ client: dynamoClient, table: 'idempotency_keys', clockSkewMs: 1000 });
+const dynamoEngine = new IdempotencyEngine<DynamoDbTx>({ store: dynamoStore });
+console.log(memoryEngine, cachedEngine, cacheStats.hits, swept, memoryStore.size, redisEngine, noTx.atomic, dynamoEngine);
 
 // Fastify: the plugin on an instance, routes opt in through their config.
 const fastify = Fastify();

@@ -45,6 +45,12 @@ export interface StoreCapabilities {
    */
   virtualTime: boolean;
   /**
+   * `true`: a commit's transaction is sent whole once its effects returned (DynamoDbStore's
+   * `TransactWriteItems`), so a write that races it is another client's, committed on its own:
+   * it fences the commit but cannot roll back with it (there is no open transaction to share).
+   */
+  sentWhole?: true;
+  /**
    * `false`: a commit records its result AFTER the effects, never in one transaction with them
    * (RedisStore without PostgresPhases: `NoTransaction`), so a fenced or failed commit does
    * not undo effects that already ran; the contract checks that nothing is recorded instead.
