@@ -63,6 +63,7 @@ import { DurableObjectStore, type DurableObjectNamespaceLike } from 'idem/cloudf
 import { IdemKeyObject } from 'idem/cloudflare/object';
 import mysql from 'mysql2/promise';
 import { SqliteStore } from 'idem/sqlite';
+import { createGateway, FENCING_TOKEN_HEADER } from 'idem/gateway';
 import Database from 'better-sqlite3';
 import { createClient } from '@libsql/client';
 import type { Generated, Kysely } from 'kysely';
@@ -302,6 +303,18 @@ const doEngine = new IdempotencyEngine({ store: doStore });
 void doEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', async (tx) => tx.atomic));
 // The object class a Worker exports for its binding (workerd only; typed by `wrangler types`).
 export class KeyObject extends IdemKeyObject {}
+
+// The gateway: a reverse proxy on any store, scoped per principal.
+const gateway = createGateway({
+  store: new MemoryStore(),
+  config: {
+    upstream: 'http://127.0.0.1:8000',
+    listen: ':8080',
+    principal: { hash: 'authorization' },
+    routes: [{ path: '/v1/*', methods: ['POST'], required: true }],
+  },
+});
+void gateway.listen().then((url: string) => `${url} ${FENCING_TOKEN_HEADER}`);
 
 // Internals stay out of the public types.
 // @ts-expect-error Execution is created by the engine, never by users
