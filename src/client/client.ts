@@ -307,12 +307,13 @@ export class IdempotentClient {
   async #giveUp(intent: IntentRecord, reason: 'attempts' | 'elapsed', last: Outcome | undefined): Promise<IdempotentResponse> {
     await this.#finish(intent, 'gave-up');
     const lastResponse = last && 'response' in last ? last.response : undefined;
+    const operationState = lastResponse && operationStateOf(lastResponse);
     notify(this.#onGiveUp, {
       key: intent.key,
       attempts: intent.attempts,
       reason,
       ...(lastResponse ? { status: lastResponse.status } : last && 'error' in last ? { error: last.error } : {}),
-      ...(lastResponse && operationStateOf(lastResponse) ? { operationState: operationStateOf(lastResponse) } : {}),
+      ...(operationState ? { operationState } : {}),
       intent: structuredClone(intent),
     });
     if (lastResponse) return decorate(lastResponse, intent.key, intent.attempts);
