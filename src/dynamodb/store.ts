@@ -106,8 +106,11 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
       const claimId = randomUUID();
       // protocol.md K53 1: the claim is one conditional PutItem; the condition is the uniqueness.
       const item = this.freshItem(input, now, token, claimId);
-      if (await this.put(item, 'attribute_not_exists(pk)', {})) return this.claimed(token, claimId, input.retentionMs);
-      const existing = await this.read(input.scope, input.key);
+      const put = await this.put(item, 'attribute_not_exists(pk)', {});
+      if (put === true) return this.claimed(token, claimId, input.retentionMs);
+      // The refused put returns the item it met (ALL_OLD): a replay is one round trip. An
+      // emulator without ReturnValuesOnConditionCheckFailure (dynalite) costs a read more.
+      const existing = put ?? (await this.read(input.scope, input.key));
       if (!existing) continue; // deleted between the put and the read: claim again
       if (!(retentionOver(existing, input.retentionMs, now) && leaseOver(existing, now, this.skewMs))) {
         return { kind: 'exists', record: await this.record(existing, input, now) };
@@ -117,7 +120,7 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
       const old = readNum(existing, A.token) ?? 0;
       const next = this.nextToken(old);
       const fresh = this.freshItem(input, now, next, claimId);
-      if (await this.put(fresh, `${A.token} = :old AND ${LEASE_OVER}`, { ':old': num(old), ...this.times(now) })) {
+      if ((await this.put(fresh, `${A.token} = :old AND ${LEASE_OVER}`, { ':old': num(old), ...this.times(now) })) === true) {
         if (readNum(existing, A.chunks) !== undefined) await this.dropChunks(input.scope, input.key, readNum(existing, A.chunkToken) ?? 0);
         return this.claimed(next, claimId, input.retentionMs);
       }
@@ -381,16 +384,23 @@ export class DynamoDbStore implements IdempotencyStore<DynamoDbTx> {
     return item ? (readNum(item, 'exp') ?? 0) : 0;
   }
 
-  private async put(item: Item, condition: string, values: Item): Promise<boolean> {
+  /** `true` when written; when the condition refused it, the item it met, if the server returned it. */
+  private async put(item: Item, condition: string, values: Item): Promise<true | Item | undefined> {
     try {
       const hasValues = Object.keys(values).length > 0;
       await send(
         this.client,
-        new PutItemCommand({ TableName: this.table, Item: item, ConditionExpression: condition, ...(hasValues ? { ExpressionAttributeValues: values } : {}) }),
+        new PutItemCommand({
+          TableName: this.table,
+          Item: item,
+          ConditionExpression: condition,
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          ...(hasValues ? { ExpressionAttributeValues: values } : {}),
+        }),
       );
       return true;
     } catch (error) {
-      if (conditionFailed(error)) return false;
+      if (conditionFailed(error)) return (error as { Item?: Item }).Item;
       throw error;
     }
   }

