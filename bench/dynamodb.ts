@@ -26,9 +26,9 @@ import { DynamoDbStore } from '../src/dynamodb/index.js';
 import { IdempotencyEngine } from '../src/engine/engine.js';
 import type { BenchConfig } from './lib/config.js';
 import { BODY, FINGERPRINT, HEADERS, SCOPE, type Section } from './lib/fixtures.js';
-import { closedLoop, comparisonCells, fmtMs, fmtNoise, fmtRate, interleave, ratio, type Sampled } from './lib/measure.js';
+import { idemSide, REPLAY_KEYS, seedFinished } from './library.js';
+import { comparisonCells, fmtMs, fmtNoise, fmtRate, newAndReplay, ratio, type Sampled } from './lib/measure.js';
 
-const REPLAY_KEYS = 200;
 const RESULT = { ok: true, body: Buffer.from(BODY).toString('base64') };
 
 /** dynalite on a loopback port in a child process; resolves with the port it printed. */
@@ -89,7 +89,7 @@ function rawSide(client: DynamoDBClient, name: string) {
     },
     async replay(i: number): Promise<void> {
       const out = await client.send(
-        new GetItemCommand({ TableName: name, Key: { pk: { S: `${SCOPE}#r${i % REPLAY_KEYS}` }, sk: { S: 'k' } }, ConsistentRead: true }),
+        new GetItemCommand({ TableName: name, Key: { pk: { S: `${SCOPE}#k${(i % REPLAY_KEYS) + 1}` }, sk: { S: 'k' } }, ConsistentRead: true }),
       );
       if (out.Item?.st?.S !== 'done') throw new Error('raw replay found no finished item');
     },
@@ -97,7 +97,7 @@ function rawSide(client: DynamoDBClient, name: string) {
       await client.send(
         new PutItemCommand({
           TableName: name,
-          Item: { pk: { S: `${SCOPE}#r${i}` }, sk: { S: 'k' }, st: { S: 'done' }, rs: { N: '201' }, rh: { S: JSON.stringify(HEADERS) }, rb: body },
+          Item: { pk: { S: `${SCOPE}#k${i}` }, sk: { S: 'k' }, st: { S: 'done' }, rs: { N: '201' }, rh: { S: JSON.stringify(HEADERS) }, rb: body },
         }),
       );
     },
@@ -120,17 +120,7 @@ export async function dynamodbSection(cfg: BenchConfig, log: (line: string) => v
     await table(client, 'powertools', 'id');
     const raw = rawSide(client, 'raw');
     const engine = new IdempotencyEngine({ store: new DynamoDbStore({ client, table: 'idem' }) });
-    const idem = {
-      async newRequest(): Promise<void> {
-        const begun = await engine.begin({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT });
-        if (begun.kind !== 'execute') throw new Error(`expected a claim, got ${begun.kind}`);
-        await begun.execution.finish({ status: 201, headers: HEADERS, body: BODY });
-      },
-      async replay(i: number): Promise<void> {
-        const begun = await engine.begin({ scope: SCOPE, key: `r${i % REPLAY_KEYS}`, fingerprint: FINGERPRINT });
-        if (begun.kind !== 'replay') throw new Error(`expected a replay, got ${begun.kind}`);
-      },
-    };
+    const idem = idemSide(engine);
     const { makeIdempotent, IdempotencyConfig } = await import('@aws-lambda-powertools/idempotency');
     const { DynamoDBPersistenceLayer } = await import('@aws-lambda-powertools/idempotency/dynamodb');
     const ptConfig = new IdempotencyConfig({ eventKeyJmesPath: 'key' });
@@ -145,27 +135,18 @@ export async function dynamodbSection(cfg: BenchConfig, log: (line: string) => v
         await ptWork({ key: randomUUID() });
       },
       replay: async (i: number) => {
-        await ptWork({ key: `r${i % REPLAY_KEYS}` });
+        await ptWork({ key: `k${(i % REPLAY_KEYS) + 1}` });
       },
     };
-    for (let i = 0; i < REPLAY_KEYS; i++) {
+    for (let i = 1; i <= REPLAY_KEYS; i++) {
       await raw.seed(i);
-      const begun = await engine.begin({ scope: SCOPE, key: `r${i}`, fingerprint: FINGERPRINT });
-      if (begun.kind === 'execute') await begun.execution.finish({ status: 201, headers: HEADERS, body: BODY });
-      await ptWork({ key: `r${i}` });
+      await ptWork({ key: `k${i}` });
     }
+    await seedFinished(engine);
     for (const c of cfg.concurrencies.filter((n) => n <= 16)) {
-      const loop = (op: (i: number) => Promise<void>) => () => closedLoop(op, c, cfg.caseMs);
-      for (const side of [raw, idem, powertools]) {
-        await closedLoop(side.newRequest, c, Math.max(100, cfg.warmupMs / 5));
-        await closedLoop(side.replay, c, Math.max(100, cfg.warmupMs / 5));
-      }
-      for (const [what, op] of [
-        ['new request', 'newRequest'],
-        ['replay', 'replay'],
-      ] as const) {
-        log(`  dynamodb c=${c}: ${what}`);
-        const r = await interleave({ raw: loop(raw[op]), idem: loop(idem[op]), powertools: loop(powertools[op]) }, cfg.rounds);
+      const measured = await newAndReplay({ raw, idem, powertools }, c, cfg, log);
+      for (const what of ['new request', 'replay'] as const) {
+        const r = measured[what];
         rows.push(row(c, what, r.raw, r.idem, r.powertools));
         headline[`DynamoDB (dynalite), ${what}, c=${c}: idem / raw`] = ratio(r.idem.opsPerSec, r.raw.opsPerSec);
         headline[`DynamoDB (dynalite), ${what}, c=${c}: idem / Powertools`] = ratio(r.idem.opsPerSec, r.powertools.opsPerSec);

@@ -22,7 +22,8 @@ import { uniqueTable } from './lib/config.js';
 import { BODY, dropTable, fillDone, FINGERPRINT, HEADERS, inlineParams, keyTable, pgbench, pgbenchPath, SCOPE, type Section } from './lib/fixtures.js';
 import { closedLoop, fmtMs, fmtNoise, fmtRate, interleave, ratio, type Sampled, type Stats } from './lib/measure.js';
 
-const REPLAY_KEYS = 1000;
+/** Finished keys `k1…k1000` every replay side cycles through. */
+export const REPLAY_KEYS = 1000;
 
 /** Why a library ratio can fall short of 0.9 (bench/notes.md, "Profile"). */
 const WHY_NEW =
@@ -36,10 +37,10 @@ const WHY_REPLAY =
 const LEASE_MS = 60_000;
 const RETENTION_MS = 86_400_000;
 
-type Run = (text: string, params: unknown[], name: string) => Promise<{ rows: Array<Record<string, unknown>> }>;
+export type Run = (text: string, params: unknown[], name: string) => Promise<{ rows: Array<Record<string, unknown>> }>;
 
 /** The raw side: idem's statements on their own table, through the same client. */
-function rawSide(runQuery: Run, table: string) {
+export function rawSide(runQuery: Run, table: string) {
   const sql = statements(table);
   const readText = `SELECT state, fingerprint, response_status, response_headers, response_body FROM "${table}" WHERE scope = $1 AND key = $2`;
   return {
@@ -75,6 +76,14 @@ export function idemSide<Tx>(engine: IdempotencyEngine<Tx>) {
       if (begun.kind !== 'replay') throw new Error(`expected a replay, got ${begun.kind}`);
     },
   };
+}
+
+/** Finishes the keys {@link idemSide}'s replays read (`k1…k<count>`) through the engine, for a store with no SQL fill. */
+export async function seedFinished<Tx>(engine: IdempotencyEngine<Tx>, count = REPLAY_KEYS): Promise<void> {
+  for (let i = 1; i <= count; i++) {
+    const begun = await engine.begin({ scope: SCOPE, key: `k${i}`, fingerprint: FINGERPRINT });
+    if (begun.kind === 'execute') await begun.execution.finish({ status: 201, headers: HEADERS, body: BODY });
+  }
 }
 
 interface Row {

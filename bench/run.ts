@@ -1,7 +1,7 @@
 /**
  * The benchmark suite: `npm run bench` (full) or `npm run bench -- --quick` (under a minute,
  * smaller sizes, for development). Writes docs/benchmarks.md and docs/benchmarks-throughput.svg.
- * `--only=library,pglite,postgresjs,http,peers,redis,growth,memory,group-commit,dbos,cache,claim-path,wait,consumer,tools,mysql,dynamodb,citus` runs a subset and MERGES it into the existing report: the sections it
+ * `--only=library,pglite,postgresjs,http,peers,redis,growth,memory,group-commit,dbos,cache,claim-path,wait,consumer,tools,mysql,gateway,runtimes,sqlite,dynamodb,citus` runs a subset and MERGES it into the existing report: the sections it
  * ran replace theirs, the others are kept as they were measured (each section says when, in
  * which mode and under which load it ran). The sections of a report are kept beside it in
  * `benchmarks.json`, from which the merged report is written. Quick runs (and runs with a
@@ -124,6 +124,12 @@ await section('tools', async () => (await import('./tool-calls.js')).toolCalls);
 // MySQL / MariaDB at MYSQL_URL (default the local MariaDB); a note in the report when it does not answer.
 await section('mysql', async () => (await import('./mysql.js')).mysqlSection);
 // Citus: in a full run when CITUS_URL names a coordinator; with --only=citus a note says why it was skipped.
+// idem gateway against the bare upstream and a plain undici proxy.
+await section('gateway', async () => (await import('./gateway.js')).gatewaySection);
+// The library inside Node 24 and inside Bun (bench/runtime-worker.ts on each).
+await section('runtimes', async () => (await import('./runtimes.js')).runtimesSection);
+// SQLite (better-sqlite3): SqliteStore against raw SQLite on the same pragmas.
+await section('sqlite', async () => (await import('./sqlite.js')).sqliteSection);
 // DynamoDB on dynalite (a child process): idem against raw conditional writes and Powertools.
 await section('dynamodb', async () => (await import('./dynamodb.js')).dynamodbSection);
 if (only?.includes('citus') || (!only && process.env.CITUS_URL)) await section('citus', async () => (await import('./citus.js')).citus);
@@ -144,6 +150,9 @@ const ORDER = [
   'consumer',
   'tools',
   'mysql',
+  'gateway',
+  'runtimes',
+  'sqlite',
   'dynamodb',
   'citus',
 ];

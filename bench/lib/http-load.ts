@@ -12,9 +12,12 @@ export interface Server {
   stop(): Promise<void>;
 }
 
-/** Starts `bench/lib/server.ts <kind> …` and waits for its URL; `nodeArgs` go to node (e.g. `--cpu-prof`). */
-export async function startServer(kind: string, args: string[], nodeArgs: string[] = []): Promise<Server> {
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'bench/lib/server.ts', kind, ...args], {
+/**
+ * Starts `bench/lib/server.ts <kind> …` (or another `script` that prints `{"url": …}` when it
+ * listens) and waits for its URL; `nodeArgs` go to node (e.g. `--cpu-prof`).
+ */
+export async function startServer(kind: string, args: string[], nodeArgs: string[] = [], script = 'bench/lib/server.ts'): Promise<Server> {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, kind, ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
     env: { ...process.env, NODE_ENV: 'production' },
   });

@@ -114,3 +114,37 @@ export function comparisonCells(raw: Sampled, idem: Sampled): { rates: string[];
     spread: [`${fmtMs(raw.p50Ms)} / ${fmtMs(raw.p99Ms)}`, `${fmtMs(idem.p50Ms)} / ${fmtMs(idem.p99Ms)}`, `${fmtNoise(raw.noise)} / ${fmtNoise(idem.noise)}`],
   };
 }
+
+/** A side of a library-level comparison: a new request, and a replay of finished key `i`. */
+export interface LibrarySide {
+  newRequest(): Promise<void>;
+  replay(i: number): Promise<void>;
+}
+
+/**
+ * Warms every side up, then measures its new requests and its replays at `concurrency`, each in
+ * alternating rounds with the other sides: `{ 'new request': {…}, replay: {…} }`, per side.
+ */
+export async function newAndReplay<K extends string>(
+  sides: Record<K, LibrarySide>,
+  concurrency: number,
+  cfg: { caseMs: number; rounds: number; warmupMs: number },
+  log: (line: string) => void,
+): Promise<Record<'new request' | 'replay', Record<K, Sampled>>> {
+  const names = Object.keys(sides) as K[];
+  const warm = Math.max(100, cfg.warmupMs / 5);
+  for (const name of names) {
+    await closedLoop(() => sides[name].newRequest(), concurrency, warm);
+    await closedLoop((i) => sides[name].replay(i), concurrency, warm);
+  }
+  const measure = (op: (side: LibrarySide) => (i: number) => Promise<void>) =>
+    interleave(
+      Object.fromEntries(names.map((n) => [n, () => closedLoop(op(sides[n]), concurrency, cfg.caseMs)])) as Record<K, () => Promise<Stats>>,
+      cfg.rounds,
+    );
+  log(`  c=${concurrency}: new requests`);
+  const fresh = await measure((s) => () => s.newRequest());
+  log(`  c=${concurrency}: replays`);
+  const replay = await measure((s) => (i) => s.replay(i));
+  return { 'new request': fresh, replay };
+}
