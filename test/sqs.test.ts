@@ -21,13 +21,14 @@ import {
   SQSClient,
   SendMessageCommand,
 } from '@aws-sdk/client-sqs';
-import { engines, useEngine } from './helpers/engines.js';
+import { engines, tableName, useEngine } from './helpers/engines.js';
 import { consumerTables, until } from './helpers/consumer-setup.js';
 import { IdempotentConsumer, type ConsumedMessage, type Disposition, type MessageContext } from '../src/consumer/index.js';
 import { IdempotencyError, InvalidOptionError } from '../src/core/errors.js';
 import { IDEM_REASON_ATTRIBUTE, SqsConsumer, type SqsClientLike } from '../src/sqs/index.js';
 import type { IdempotencyEvent } from '../src/engine/execution.js';
 import type { Queryable } from '../src/postgres/client.js';
+import { startConsumer } from '../examples/sqs/consumer.js';
 
 type Fauxqs = { address: string; stop(): Promise<void> };
 /** fauxqs needs node:sqlite (Node 22.13+); on a Node without it the suite is skipped. */
@@ -129,6 +130,51 @@ for (const engine of engines) {
       assert.equal(seen.filter((d) => d.action === 'ack' && d.reason === 'duplicate').length, 4);
       assert.equal((await t.counts()).get(key), 1);
       assert.equal(await depth(queueUrl), 0, 'every delivery was deleted');
+    });
+
+    it('examples/sqs/consumer.ts: one invoice per idem-key, a resend deleted as a duplicate, a reused key with another order dead-lettered', async () => {
+      const client = db.client() as Queryable;
+      const table = tableName();
+      const invoices = tableName('invoices');
+      db.cleanup(async () => {
+        await client.query(`DROP TABLE IF EXISTS "${invoices}"`);
+        await client.query(`DROP TABLE IF EXISTS "${table}"`);
+        await client.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
+      });
+      const seen: Disposition[] = [];
+      const queueName = `orders-${randomBytes(4).toString('hex')}`;
+      const example = await startConsumer({
+        sqs,
+        db: db.client() as never,
+        queue: queueName,
+        table,
+        invoices,
+        waitTimeSeconds: 1,
+        onDisposition: (d) => seen.push(d),
+      });
+      const orderId = randomUUID();
+      const send = (amount: number) =>
+        sqs.send(
+          new SendMessageCommand({
+            QueueUrl: example.queueUrl,
+            MessageBody: JSON.stringify({ orderId, amount }),
+            MessageAttributes: { 'idem-key': { DataType: 'String', StringValue: orderId } },
+          }),
+        );
+      await send(100);
+      await until(() => seen.length === 1, 60_000, 'the first');
+      await send(100);
+      await send(999);
+      await until(() => seen.length === 3, 60_000, 'three dispositions');
+      await example.stop();
+      assert.deepEqual(seen.map((d) => `${d.action}:${d.reason}`).sort(), ['ack:duplicate', 'ack:processed', 'dead-letter:mismatch']);
+      const rows = (await client.query(`SELECT amount FROM "${invoices}" WHERE order_id = $1`, [orderId])).rows;
+      assert.deepEqual(
+        rows.map((r) => Number(r.amount)),
+        [100],
+      );
+      assert.equal(await depth(example.queueUrl), 0);
+      assert.equal(await depth(example.deadLetterQueueUrl), 1);
     });
 
     it('refuses a lease not shorter than the visibility timeout, at construction, with a typed error', async () => {
