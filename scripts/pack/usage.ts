@@ -206,7 +206,13 @@ const sqsConsumer = new SqsConsumer({
 }).start();
 await sqsConsumer.stop();
 const keyOf = (m: SqsMessageLike) => m.MessageAttributes?.['order-id']?.StringValue;
-await consumeSqs({ client: sqsClient, queueUrl: 'https://sqs.us-east-1.amazonaws.com/123456789012/orders', consumer, handler: async () => {}, messageId: keyOf }).stop();
+await consumeSqs({
+  client: sqsClient,
+  queueUrl: 'https://sqs.us-east-1.amazonaws.com/123456789012/orders',
+  consumer,
+  handler: async () => {},
+  messageId: keyOf,
+}).stop();
 console.log(sqsConsumer.leaseMs, IDEM_REASON_ATTRIBUTE);
 await amqpPublisher(amqpChannel)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
 await jetStreamPublisher(js)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
