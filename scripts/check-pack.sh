@@ -115,7 +115,7 @@ echo "== idem/otel without @opentelemetry/api: a typed error from openTelemetry(
 ')
 
 # The optional peers a user would install, plus types and the compiler, linked from this repo.
-for peer in @aws-sdk/client-dynamodb pg postgres mysql2 better-sqlite3 @libsql/client kysely drizzle-orm @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
+for peer in @aws-sdk/client-dynamodb @aws-sdk/client-sqs pg postgres mysql2 better-sqlite3 @libsql/client kysely drizzle-orm @electric-sql/pglite hono @hono/node-server express idb-keyval write-file-atomic @opentelemetry/api \
   fastify koa @nestjs/common @nestjs/core rxjs reflect-metadata next @middy/core undici jose yaml \
   @types/node @types/pg @types/better-sqlite3 @types/express @types/koa @types/write-file-atomic @types/aws-lambda typescript; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"

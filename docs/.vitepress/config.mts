@@ -30,7 +30,7 @@ const GROUPS: Array<[string, string[]]> = [
   ['Frameworks', ['hono', 'express', 'fastify', 'koa', 'nestjs', 'next', 'lambda', 'fetch', 'adapters']],
   ['Stores', ['postgres', 'pglite', 'redis', 'dynamodb', 'memory', 'mysql', 'sqlite', 'citus', 'durable-objects']],
   ['Database clients', ['drizzle', 'kysely', 'prisma', 'postgresjs']],
-  ['Queues and beyond HTTP', ['consumers', 'rabbitmq', 'nats', 'lambda-batches', 'webhooks', 'functions', 'mcp', 'ai-sdk']],
+  ['Queues and beyond HTTP', ['consumers', 'rabbitmq', 'nats', 'sqs', 'lambda-batches', 'webhooks', 'functions', 'mcp', 'ai-sdk']],
   ['Client', ['client']],
   ['Operations', ['operations', 'operators', 'completer', 'large-responses', 'payments-example', 'openapi']],
 ];

@@ -56,6 +56,7 @@ import { idempotencyComponents, withIdempotency } from 'idem/openapi';
 import { NO_TRANSACTION, RedisStore, type NoTransaction } from 'idem/redis';
 import { DynamoDbStore, type DynamoDbClientLike, type DynamoDbTx } from 'idem/dynamodb';
 import { type JetStreamPublisherLike, type JsMsgLike, consumeJetStream, jetStreamPublisher } from 'idem/nats';
+import { consumeSqs, IDEM_REASON_ATTRIBUTE, SqsConsumer, type SqsClientLike, type SqsMessageLike } from 'idem/sqs';
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
 import { MySqlStore } from 'idem/mysql';
@@ -192,6 +193,27 @@ declare const js: JetStreamPublisherLike;
 const running = await consumeAmqp({ channel: amqpChannel, queue: 'orders', consumer, handler: async () => {} });
 await running.stop();
 await consumeJetStream({ messages: jsMessages, consumer, handler: async () => {}, ackWaitMs: 30_000 });
+// SQS outside Lambda through anything with an SQSClient's `send` (the SDK is idem/sqs's optional peer).
+declare const sqsClient: SqsClientLike;
+const sqsConsumer = new SqsConsumer({
+  client: sqsClient,
+  queueUrl: 'https://sqs.us-east-1.amazonaws.com/123456789012/orders.fifo',
+  consumer,
+  handler: async () => {},
+  visibilityTimeoutSec: 60,
+  deadLetterQueueUrl: 'https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq.fifo',
+  messageId: { attribute: 'idem-key' },
+}).start();
+await sqsConsumer.stop();
+const keyOf = (m: SqsMessageLike) => m.MessageAttributes?.['order-id']?.StringValue;
+await consumeSqs({
+  client: sqsClient,
+  queueUrl: 'https://sqs.us-east-1.amazonaws.com/123456789012/orders',
+  consumer,
+  handler: async () => {},
+  messageId: keyOf,
+}).stop();
+console.log(sqsConsumer.leaseMs, IDEM_REASON_ATTRIBUTE);
 await amqpPublisher(amqpChannel)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
 await jetStreamPublisher(js)({ id: 'm1', destination: 'orders', body: new Uint8Array(), contentType: null });
 const outbox = new Outbox({ client: sqlClient });
