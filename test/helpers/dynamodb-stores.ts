@@ -14,7 +14,7 @@ import { createKeyTable, dropKeyTable, type DynamoDbEmulator } from './dynamodb.
 
 const pkOf = (scope: string, key: string) => `${scope.length}:${scope}:${key}`;
 
-async function scanAll(client: DynamoDBClient, table: string): Promise<Item[]> {
+export async function scanAll(client: DynamoDBClient, table: string): Promise<Item[]> {
   const items: Item[] = [];
   let start: Item | undefined;
   do {

@@ -15,12 +15,14 @@ import { CreateTableCommand, DeleteTableCommand, DescribeTableCommand, DynamoDBC
 export interface DynamoDbEmulator {
   name: string;
   client: DynamoDBClient;
+  /** Its loopback URL, for a client in another process. */
+  endpoint: string;
   /** Whether it runs `TransactWriteItems` (DynamoDB Local does, dynalite does not). */
   transactions: boolean;
   stop(): Promise<void>;
 }
 
-const clientOn = (port: number) =>
+export const clientOn = (port: number) =>
   new DynamoDBClient({
     endpoint: `http://127.0.0.1:${port}`,
     region: 'us-east-1',
@@ -67,6 +69,7 @@ export async function startDynamoDbLocal(): Promise<DynamoDbEmulator> {
   return {
     name: 'DynamoDB Local',
     client,
+    endpoint: `http://127.0.0.1:${port}`,
     transactions: true,
     async stop() {
       client.destroy();
@@ -80,10 +83,12 @@ export async function startDynamoDbLocal(): Promise<DynamoDbEmulator> {
 export async function startDynalite(): Promise<DynamoDbEmulator> {
   const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  const client = clientOn((server.address() as AddressInfo).port);
+  const { port } = server.address() as AddressInfo;
+  const client = clientOn(port);
   return {
     name: 'dynalite',
     client,
+    endpoint: `http://127.0.0.1:${port}`,
     transactions: false,
     async stop() {
       client.destroy();
