@@ -1,7 +1,7 @@
 /**
  * Wait mode (protocol.md K17) on every store beside PostgreSQL (test/wait-mode.test.ts): the
- * memory store (in process), PGlite (its `listen`), Redis through node-redis and ioredis, single
- * and Cluster (sharded pub/sub from the scripts), MySQL/MariaDB (polling). Each test would fail if the store sent no
+ * memory store (in process), PGlite (its `listen`), Redis through node-redis, ioredis and
+ * Valkey GLIDE, single and Cluster (sharded pub/sub from the scripts; a standalone GLIDE client polls), MySQL/MariaDB (polling). Each test would fail if the store sent no
  * notification: its waiters wait `inProgress.wait` (10 s) or a whole lease, far above the bounds
  * asserted here.
  */
@@ -28,7 +28,7 @@ import type { IdempotencyStore } from '../src/store/types.js';
 import { tableName } from './helpers/engines.js';
 import { fixture, lambdaContext } from './helpers/harness-lambda.js';
 import { deferred } from './helpers/http.js';
-import { clusterClients, randomPrefix, singleClients, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
+import { clusterClients, glideCluster, glideSingle, randomPrefix, singleClients, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
 import { startOwnRedis } from './helpers/redis-server.js';
 import { fullMatrixOnly, needs } from './helpers/services.js';
 import { sleep } from './helpers/wait.js';
@@ -241,6 +241,8 @@ function redisOpen(open: () => Promise<TestClient>): () => Promise<Opened> {
 }
 
 for (const c of singleClients) storeSuite(`RedisStore, ${c.name}`, redisOpen(c.open), needs('REDIS_URL'));
+// A standalone GlideClient has no sharded pub/sub: its store polls the waited-for key (protocol.md K55).
+storeSuite(`RedisStore, ${glideSingle.name} (polling)`, redisOpen(glideSingle.open), needs('REDIS_URL'));
 
 describe('wait mode on Redis Cluster (sharded pub/sub)', { skip: fullMatrixOnly() }, () => {
   let cluster: TestCluster | undefined;
@@ -248,9 +250,9 @@ describe('wait mode on Redis Cluster (sharded pub/sub)', { skip: fullMatrixOnly(
     cluster = await startCluster();
   });
   after(async () => cluster?.stop());
-  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+  for (const name of ['node-redis cluster', 'ioredis cluster', 'Valkey GLIDE cluster']) {
     test(`${name}: 32 duplicates, and a crashed winner`, async (t) => {
-      const c = clusterClients(cluster!).find((x) => x.name === name)!;
+      const c = [...clusterClients(cluster!), glideCluster(cluster!)].find((x) => x.name === name)!;
       const opened = await redisOpen(c.open)();
       try {
         await thirtyTwo(opened.store, `RedisStore, ${name}`, (s) => t.diagnostic(s));
@@ -472,9 +474,9 @@ describe('wait mode on Redis Cluster: the key slot migrates during a wait', { sk
     cluster = await startCluster();
   });
   after(async () => cluster?.stop());
-  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+  for (const name of ['node-redis cluster', 'ioredis cluster', 'Valkey GLIDE cluster']) {
     test(`${name}: the subscription follows the slot, the finish on the new master wakes the waiters`, async (t) => {
-      const c = clusterClients(cluster!).find((x) => x.name === name)!;
+      const c = [...clusterClients(cluster!), glideCluster(cluster!)].find((x) => x.name === name)!;
       const tc = await c.open();
       const { createClient } = await import('@redis/client');
       const admin = await Promise.all(
