@@ -43,14 +43,14 @@ export interface GlideRoute {
  * `Script` for scripts (GLIDE sends EVALSHA and loads the script itself on NOSCRIPT).
  */
 export interface GlideClientLike {
-  customCommand(args: string[]): Promise<unknown>;
-  invokeScript(script: GlideScriptLike, options?: { keys?: string[]; args?: string[] }): Promise<unknown>;
+  customCommand(args: string[], options?: { decoder?: number }): Promise<unknown>;
+  invokeScript(script: GlideScriptLike, options?: { keys?: string[]; args?: string[]; decoder?: number }): Promise<unknown>;
 }
 
 /** Valkey GLIDE `GlideClusterClient` (v2): a command routed to the primary of a key's slot. */
 export interface GlideClusterClientLike {
-  customCommand(args: string[], options?: { route?: GlideRoute }): Promise<unknown>;
-  invokeScript(script: GlideScriptLike, options?: { keys?: string[]; args?: string[] }): Promise<unknown>;
+  customCommand(args: string[], options?: { route?: GlideRoute; decoder?: number }): Promise<unknown>;
+  invokeScript(script: GlideScriptLike, options?: { keys?: string[]; args?: string[]; decoder?: number }): Promise<unknown>;
   /** Sharded pub/sub, on a `GlideClusterClient` only: tells it apart from a `GlideClient`. */
   ssubscribe(channels: Iterable<string>, timeoutMs: number): Promise<void>;
 }

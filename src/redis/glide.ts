@@ -4,18 +4,12 @@
  * by GLIDE's own `Script` objects and `invokeScript` (GLIDE sends EVALSHA and loads the script
  * on NOSCRIPT itself), wait mode's subscriber a second GLIDE client made from the first's
  * configuration. GLIDE is an optional peer: its `Script` class is imported the first time a
- * GLIDE store runs a script, never when this module loads.
+ * GLIDE store runs a script, never when this module loads (so node-redis and ioredis users
+ * need no GLIDE installed), and from the application's own `@valkey/valkey-glide`: the one
+ * its client comes from, whose native side keeps the scripts.
  */
 import type { GlideClientLike, GlideClusterClientLike, GlideScriptLike, RedisDriver } from './client.js';
 import { SCRIPTS, type ScriptName } from './scripts.js';
-
-/** The part of `@valkey/valkey-glide` imported: the `Script` class. */
-interface GlideModule {
-  Script: new (code: string) => GlideScriptLike;
-}
-
-/** The package name, in a variable so that TypeScript and bundlers leave the optional import alone. */
-const GLIDE_PACKAGE = '@valkey/valkey-glide';
 
 let scripts: Promise<Record<ScriptName, GlideScriptLike>> | undefined;
 
@@ -24,8 +18,12 @@ let scripts: Promise<Record<ScriptName, GlideScriptLike>> | undefined;
  * `Script` lives in GLIDE's native side until released; these few are never released).
  */
 function glideScripts(): Promise<Record<ScriptName, GlideScriptLike>> {
-  scripts ??= (import(GLIDE_PACKAGE) as Promise<GlideModule>).then(
-    ({ Script }) => Object.fromEntries(Object.entries(SCRIPTS).map(([name, text]) => [name, new Script(text)])) as Record<ScriptName, GlideScriptLike>,
+  scripts ??= import('@valkey/valkey-glide').then(
+    ({ Script }) => {
+      const made: Partial<Record<ScriptName, GlideScriptLike>> = {};
+      for (const name of Object.keys(SCRIPTS) as ScriptName[]) made[name] = new Script(SCRIPTS[name]);
+      return made as Record<ScriptName, GlideScriptLike>;
+    },
     (error: unknown) => {
       scripts = undefined;
       throw error;
@@ -34,19 +32,25 @@ function glideScripts(): Promise<Record<ScriptName, GlideScriptLike>> {
   return scripts;
 }
 
+/**
+ * GLIDE's `Decoder.String`, asked for on every command and script: a client made with
+ * `defaultDecoder: Decoder.Bytes` would otherwise answer Buffers where the store compares strings.
+ */
+const DECODE_STRING = 1;
+
 /** Sends a raw command: on a cluster to the primary of `key`'s slot (a keyless WAIT or TIME included). */
 export function glideSend(driver: Extract<RedisDriver, { kind: 'glide' }>): (key: string, args: string[]) => Promise<unknown> {
   if (!driver.cluster) {
     const client = driver.client;
-    return (_key, args) => client.customCommand(args).then(flatMap);
+    return (_key, args) => client.customCommand(args, { decoder: DECODE_STRING }).then(flatMap);
   }
   const client = driver.client;
-  return (key, args) => client.customCommand(args, { route: { type: 'primarySlotKey', key } }).then(flatMap);
+  return (key, args) => client.customCommand(args, { route: { type: 'primarySlotKey', key }, decoder: DECODE_STRING }).then(flatMap);
 }
 
 /** Runs a named script with `invokeScript` (on a cluster, GLIDE routes it by its keys). */
 export function glideScript(client: GlideClientLike | GlideClusterClientLike): (name: ScriptName, keys: string[], args: string[]) => Promise<unknown> {
-  return async (name, keys, args) => client.invokeScript((await glideScripts())[name], { keys, args });
+  return async (name, keys, args) => client.invokeScript((await glideScripts())[name], { keys, args, decoder: DECODE_STRING });
 }
 
 /**

@@ -13,7 +13,7 @@ import { resetOf, SilentLink } from './silent-link.js';
 export interface RedisRunner {
   /** True on Redis Cluster (node-redis cluster or ioredis Cluster). */
   readonly cluster: boolean;
-  /** Runs a named script by SHA (EVALSHA), sending it in full (EVAL) on NOSCRIPT. */
+  /** Runs a named script by SHA (EVALSHA), sending it in full (EVAL) on NOSCRIPT; on GLIDE by its `Script` (protocol.md K55). */
   script(name: ScriptName, keys: string[], args: string[]): Promise<unknown>;
   /** Runs a command on the node owning `key` (for a keyless command such as WAIT: the node of the key it follows). */
   command(key: string, args: string[]): Promise<unknown>;
