@@ -437,6 +437,36 @@ describe('which stores can serve wait mode: decided in one place, waitRefusal (p
   });
 });
 
+/** 4 concurrent duplicates of one charge through `post`: one charge, 201 and the same body for all, 3 replays. */
+async function fourDuplicateCharges(post: (init: RequestInit) => Promise<Response>): Promise<void> {
+  const key = `guide-${Math.random().toString(36).slice(2)}`;
+  const answers = await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      const res = await post({ method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{"amount":1999}' });
+      return { status: res.status, replayed: res.headers.get('idempotent-replayed'), body: await res.text() };
+    }),
+  );
+  assert.deepEqual(
+    answers.map((a) => a.status),
+    [201, 201, 201, 201],
+  );
+  assert.equal(new Set(answers.map((a) => a.body)).size, 1, 'one charge, the same body for all');
+  assert.equal(answers.filter((a) => a.replayed === 'true').length, 3);
+}
+
+describe('the Valkey GLIDE guide example (examples/valkey-glide/app.ts)', { skip: needs('REDIS_URL') }, () => {
+  test('4 concurrent duplicates on a GlideClient (polling wait): the slow handler once, every one gets its 201 and body', async () => {
+    const { createApp } = await import('../examples/valkey-glide/app.js');
+    const url = new URL(process.env.REDIS_URL!);
+    const { app, close } = await createApp(url.hostname, Number(url.port || 6379));
+    try {
+      await fourDuplicateCharges(async (init) => app.request('/v1/charges', init));
+    } finally {
+      close();
+    }
+  });
+});
+
 describe('the wait-mode guide example (examples/wait-mode/app.ts)', { skip: needs('REDIS_URL') }, () => {
   test('4 concurrent duplicates over HTTP: the slow handler once, every one gets its 201 and body', async () => {
     const { createApp } = await import('../examples/wait-mode/app.js');
@@ -448,19 +478,7 @@ describe('the wait-mode guide example (examples/wait-mode/app.ts)', { skip: need
     });
     try {
       const url = `http://127.0.0.1:${(server.address() as import('node:net').AddressInfo).port}/v1/charges`;
-      const key = `guide-${Math.random().toString(36).slice(2)}`;
-      const answers = await Promise.all(
-        Array.from({ length: 4 }, async () => {
-          const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{"amount":1999}' });
-          return { status: res.status, replayed: res.headers.get('idempotent-replayed'), body: await res.text() };
-        }),
-      );
-      assert.deepEqual(
-        answers.map((a) => a.status),
-        [201, 201, 201, 201],
-      );
-      assert.equal(new Set(answers.map((a) => a.body)).size, 1, 'one charge, the same body for all');
-      assert.equal(answers.filter((a) => a.replayed === 'true').length, 3);
+      await fourDuplicateCharges((init) => fetch(url, init));
     } finally {
       await new Promise((resolve) => server.close(resolve));
       await close();
