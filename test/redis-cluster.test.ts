@@ -1,6 +1,6 @@
 /**
  * RedisStore on a real 3-master Redis Cluster started on random loopback ports (see
- * test/helpers/redis.ts): the store contract through node-redis and ioredis cluster clients,
+ * test/helpers/redis.ts): the store contract through node-redis, ioredis and Valkey GLIDE cluster clients,
  * then a resharding of live slots (redis-cli --cluster reshard, MOVED / ASK / TRYAGAIN on the
  * way) while claims run: no claim lost or doubled.
  */
@@ -8,7 +8,7 @@ import { redisSkip } from './helpers/redis.js';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { redisStoreSuite } from './helpers/redis-suite.js';
-import { clusterClients, randomPrefix, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
+import { clusterClients, glideCluster, randomPrefix, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
 import { RedisStore } from '../src/redis/index.js';
 import type { ClaimResult } from '../src/store/types.js';
 
@@ -21,20 +21,21 @@ describe('Redis Cluster (3 masters on loopback)', { timeout: 600_000, skip: redi
     await cluster?.stop();
   });
 
-  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+  const clients = () => [...clusterClients(cluster), glideCluster(cluster)];
+  for (const name of ['node-redis cluster', 'ioredis cluster', 'Valkey GLIDE cluster']) {
     redisStoreSuite(
       name,
       () =>
-        clusterClients(cluster)
+        clients()
           .find((c) => c.name === name)!
           .open(),
       { ownServer: true },
     );
   }
 
-  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+  for (const name of ['node-redis cluster', 'ioredis cluster', 'Valkey GLIDE cluster']) {
     it(`${name}: resharding slots with live keys while claims run loses and doubles no claim`, async () => {
-      const t: TestClient = await clusterClients(cluster)
+      const t: TestClient = await clients()
         .find((c) => c.name === name)!
         .open();
       try {

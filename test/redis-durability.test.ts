@@ -70,4 +70,19 @@ describe('RedisStore durability (WAIT)', { timeout: 120_000, skip: redisSkip }, 
       NotReplicatedError,
     );
   });
+
+  it("Valkey GLIDE: a WAIT longer than GLIDE's own request timeout (250 ms by default) still answers with the replicas that acknowledged", async () => {
+    const { GlideClient } = await import('@valkey/valkey-glide');
+    const glide = await GlideClient.createClient({ addresses: [{ host: '127.0.0.1', port: pair.primaryPort }] });
+    try {
+      const prefix = randomPrefix();
+      const ok = new RedisStore({ client: glide, prefix, durability: { replicas: 1, timeoutMs: 5000 } });
+      assert.equal((await ok.claim(claimInput('g1'))).kind, 'claimed');
+      const strict = new RedisStore({ client: glide, prefix, durability: { replicas: 2, timeoutMs: 1000 } });
+      await assert.rejects(strict.claim(claimInput('g2')), (error) => error instanceof NotReplicatedError && error.acknowledged === 1);
+      assert.equal(await ok.get('s', 'g2', 600_000), undefined, 'the unreplicated claim was discarded');
+    } finally {
+      glide.close();
+    }
+  });
 });

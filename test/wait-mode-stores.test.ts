@@ -1,7 +1,7 @@
 /**
  * Wait mode (protocol.md K17) on every store beside PostgreSQL (test/wait-mode.test.ts): the
- * memory store (in process), PGlite (its `listen`), Redis through node-redis and ioredis, single
- * and Cluster (sharded pub/sub from the scripts), MySQL/MariaDB (polling). Each test would fail if the store sent no
+ * memory store (in process), PGlite (its `listen`), Redis through node-redis, ioredis and
+ * Valkey GLIDE, single and Cluster (sharded pub/sub from the scripts; a standalone GLIDE client polls), MySQL/MariaDB (polling). Each test would fail if the store sent no
  * notification: its waiters wait `inProgress.wait` (10 s) or a whole lease, far above the bounds
  * asserted here.
  */
@@ -28,7 +28,7 @@ import type { IdempotencyStore } from '../src/store/types.js';
 import { tableName } from './helpers/engines.js';
 import { fixture, lambdaContext } from './helpers/harness-lambda.js';
 import { deferred } from './helpers/http.js';
-import { clusterClients, randomPrefix, singleClients, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
+import { clusterClients, glideCluster, glideSingle, randomPrefix, singleClients, startCluster, type TestCluster, type TestClient } from './helpers/redis.js';
 import { startOwnRedis } from './helpers/redis-server.js';
 import { fullMatrixOnly, needs } from './helpers/services.js';
 import { sleep } from './helpers/wait.js';
@@ -241,6 +241,8 @@ function redisOpen(open: () => Promise<TestClient>): () => Promise<Opened> {
 }
 
 for (const c of singleClients) storeSuite(`RedisStore, ${c.name}`, redisOpen(c.open), needs('REDIS_URL'));
+// A standalone GlideClient has no sharded pub/sub: its store polls the waited-for key (protocol.md K55).
+storeSuite(`RedisStore, ${glideSingle.name} (polling)`, redisOpen(glideSingle.open), needs('REDIS_URL'));
 
 describe('wait mode on Redis Cluster (sharded pub/sub)', { skip: fullMatrixOnly() }, () => {
   let cluster: TestCluster | undefined;
@@ -248,9 +250,9 @@ describe('wait mode on Redis Cluster (sharded pub/sub)', { skip: fullMatrixOnly(
     cluster = await startCluster();
   });
   after(async () => cluster?.stop());
-  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+  for (const name of ['node-redis cluster', 'ioredis cluster', 'Valkey GLIDE cluster']) {
     test(`${name}: 32 duplicates, and a crashed winner`, async (t) => {
-      const c = clusterClients(cluster!).find((x) => x.name === name)!;
+      const c = [...clusterClients(cluster!), glideCluster(cluster!)].find((x) => x.name === name)!;
       const opened = await redisOpen(c.open)();
       try {
         await thirtyTwo(opened.store, `RedisStore, ${name}`, (s) => t.diagnostic(s));
@@ -435,6 +437,36 @@ describe('which stores can serve wait mode: decided in one place, waitRefusal (p
   });
 });
 
+/** 4 concurrent duplicates of one charge through `post`: one charge, 201 and the same body for all, 3 replays. */
+async function fourDuplicateCharges(post: (init: RequestInit) => Promise<Response>): Promise<void> {
+  const key = `guide-${Math.random().toString(36).slice(2)}`;
+  const answers = await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      const res = await post({ method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{"amount":1999}' });
+      return { status: res.status, replayed: res.headers.get('idempotent-replayed'), body: await res.text() };
+    }),
+  );
+  assert.deepEqual(
+    answers.map((a) => a.status),
+    [201, 201, 201, 201],
+  );
+  assert.equal(new Set(answers.map((a) => a.body)).size, 1, 'one charge, the same body for all');
+  assert.equal(answers.filter((a) => a.replayed === 'true').length, 3);
+}
+
+describe('the Valkey GLIDE guide example (examples/valkey-glide/app.ts)', { skip: needs('REDIS_URL') }, () => {
+  test('4 concurrent duplicates on a GlideClient (polling wait): the slow handler once, every one gets its 201 and body', async () => {
+    const { createApp } = await import('../examples/valkey-glide/app.js');
+    const url = new URL(process.env.REDIS_URL!);
+    const { app, close } = await createApp(url.hostname, Number(url.port || 6379));
+    try {
+      await fourDuplicateCharges(async (init) => app.request('/v1/charges', init));
+    } finally {
+      close();
+    }
+  });
+});
+
 describe('the wait-mode guide example (examples/wait-mode/app.ts)', { skip: needs('REDIS_URL') }, () => {
   test('4 concurrent duplicates over HTTP: the slow handler once, every one gets its 201 and body', async () => {
     const { createApp } = await import('../examples/wait-mode/app.js');
@@ -446,19 +478,7 @@ describe('the wait-mode guide example (examples/wait-mode/app.ts)', { skip: need
     });
     try {
       const url = `http://127.0.0.1:${(server.address() as import('node:net').AddressInfo).port}/v1/charges`;
-      const key = `guide-${Math.random().toString(36).slice(2)}`;
-      const answers = await Promise.all(
-        Array.from({ length: 4 }, async () => {
-          const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{"amount":1999}' });
-          return { status: res.status, replayed: res.headers.get('idempotent-replayed'), body: await res.text() };
-        }),
-      );
-      assert.deepEqual(
-        answers.map((a) => a.status),
-        [201, 201, 201, 201],
-      );
-      assert.equal(new Set(answers.map((a) => a.body)).size, 1, 'one charge, the same body for all');
-      assert.equal(answers.filter((a) => a.replayed === 'true').length, 3);
+      await fourDuplicateCharges((init) => fetch(url, init));
     } finally {
       await new Promise((resolve) => server.close(resolve));
       await close();
@@ -472,9 +492,9 @@ describe('wait mode on Redis Cluster: the key slot migrates during a wait', { sk
     cluster = await startCluster();
   });
   after(async () => cluster?.stop());
-  for (const name of ['node-redis cluster', 'ioredis cluster']) {
+  for (const name of ['node-redis cluster', 'ioredis cluster', 'Valkey GLIDE cluster']) {
     test(`${name}: the subscription follows the slot, the finish on the new master wakes the waiters`, async (t) => {
-      const c = clusterClients(cluster!).find((x) => x.name === name)!;
+      const c = [...clusterClients(cluster!), glideCluster(cluster!)].find((x) => x.name === name)!;
       const tc = await c.open();
       const { createClient } = await import('@redis/client');
       const admin = await Promise.all(

@@ -31,11 +31,11 @@ function unrecoverable(socket: NodeRedisSocketOptions | undefined, where: string
 }
 
 /**
- * Checks the settings of a node-redis client or cluster; an ioredis client reconnects with its
- * defaults and passes. Returns the reason to refuse the client, or `undefined`.
+ * Checks the settings of a node-redis client or cluster; an ioredis or GLIDE client reconnects
+ * with its defaults and passes. Returns the reason to refuse the client, or `undefined`.
  */
 export function refusedClientSettings(driver: RedisDriver): string | undefined {
-  if (driver.kind === 'ioredis') return undefined;
+  if (driver.kind !== 'node-redis') return undefined;
   const c = driver.client as {
     options?: { socket?: NodeRedisSocketOptions };
     _options?: { defaults?: { socket?: NodeRedisSocketOptions } };

@@ -1,5 +1,6 @@
 /**
- * `idem/redis`: the idempotency store on Redis and Redis Cluster (node-redis or ioredis).
+ * `idem/redis`: the idempotency store on Redis, Valkey and their clusters (node-redis, ioredis
+ * or Valkey GLIDE).
  * Claims, leases, fencing and replays in Redis; phases are not atomic with their effects
  * (see {@link NoTransaction}).
  */
@@ -12,5 +13,14 @@ export {
   type DurabilityOptions,
 } from './store.js';
 export { StoreTimeoutError } from '../store/deadline.js';
-export type { RedisClientLike, NodeRedisClientLike, NodeRedisClusterLike, IoRedisLike } from './client.js';
+export type {
+  RedisClientLike,
+  NodeRedisClientLike,
+  NodeRedisClusterLike,
+  IoRedisLike,
+  GlideClientLike,
+  GlideClusterClientLike,
+  GlideScriptLike,
+  GlideRoute,
+} from './client.js';
 export { PostgresPhases, type PostgresPhasesOptions, type PhaseLedger, type LedgerState, type FenceClaim } from './pg-phases.js';

@@ -20,7 +20,10 @@ export interface DurabilityOptions {
  *   ledger's transaction handle with it.
  */
 export interface RedisStoreOptions<Tx = NoTransaction> {
-  /** A connected node-redis client or cluster, or an ioredis `Redis` or `Cluster`. */
+  /**
+   * A connected node-redis client or cluster, an ioredis `Redis` or `Cluster`, or a Valkey GLIDE
+   * `GlideClient` or `GlideClusterClient` (protocol.md K55).
+   */
   client: RedisClientLike;
   /** Prefix of every key the store writes, without `{` or `}`. @default 'idem' */
   prefix?: string;

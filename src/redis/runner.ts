@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { withDeadline } from '../store/deadline.js';
 import type { NodeRedisCommandOptions, RedisDriver } from './client.js';
+import { glideScript, glideSend } from './glide.js';
 import { SCRIPTS, type ScriptName } from './scripts.js';
 import { resetOf, SilentLink } from './silent-link.js';
 
@@ -12,7 +13,7 @@ import { resetOf, SilentLink } from './silent-link.js';
 export interface RedisRunner {
   /** True on Redis Cluster (node-redis cluster or ioredis Cluster). */
   readonly cluster: boolean;
-  /** Runs a named script by SHA (EVALSHA), sending it in full (EVAL) on NOSCRIPT. */
+  /** Runs a named script by SHA (EVALSHA), sending it in full (EVAL) on NOSCRIPT; on GLIDE by its `Script` (protocol.md K55). */
   script(name: ScriptName, keys: string[], args: string[]): Promise<unknown>;
   /** Runs a command on the node owning `key` (for a keyless command such as WAIT: the node of the key it follows). */
   command(key: string, args: string[]): Promise<unknown>;
@@ -84,7 +85,13 @@ export function toRunner(driver: RedisDriver, options: { timeoutMs?: number; sil
   // Without idem's deadline (storeTimeoutMs 0) the client's own setting applies.
   const ownDeadline: NodeRedisCommandOptions | undefined = timeoutMs > 0 && Number.isFinite(timeoutMs) ? { timeout: 0 } : undefined;
   let send: (key: string, args: string[]) => Promise<unknown>;
-  if (driver.kind === 'ioredis') {
+  // GLIDE runs a script by its own Script object (EVALSHA, and the script loaded on NOSCRIPT by
+  // GLIDE itself, protocol.md K55); the other drivers by EVALSHA and EVAL below.
+  let invoke: ((name: ScriptName, keys: string[], args: string[]) => Promise<unknown>) | undefined;
+  if (driver.kind === 'glide') {
+    send = glideSend(driver);
+    invoke = glideScript(driver.client);
+  } else if (driver.kind === 'ioredis') {
     const io = driver.client;
     send = (_key, args) => io.call(args[0]!, ...args.slice(1));
     if (driver.cluster) {
@@ -111,10 +118,17 @@ export function toRunner(driver: RedisDriver, options: { timeoutMs?: number; sil
       const message = `idem/redis: ${args[0]} took longer than storeTimeoutMs (${ms} ms)`;
       return link ? withDeadline(link.sent(reply), ms, message, () => link.missed()) : withDeadline(reply, ms, message);
     };
+    if (invoke) {
+      const untimedScript = invoke;
+      invoke = (name, keys, args) =>
+        withDeadline(untimedScript(name, keys, args), timeoutMs, `idem/redis: script ${name} took longer than storeTimeoutMs (${timeoutMs} ms)`);
+    }
   }
+  const glideInvoke = invoke;
   return {
     cluster: driver.cluster,
     script(name, keys, args) {
+      if (glideInvoke) return retryingTryAgain(() => glideInvoke(name, keys, args));
       return retryingTryAgain(async () => {
         try {
           return await send(keys[0]!, ['EVALSHA', SHAS[name], String(keys.length), ...keys, ...args]);

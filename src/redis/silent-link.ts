@@ -31,12 +31,16 @@ const resetError = () => new Error('idem/redis: a command got no reply for silen
  * - ioredis `Redis`: destroys its socket (`stream`), ready or still opening, as ioredis's own
  *   `socketTimeout` does; ioredis reconnects with its `retryStrategy` and resends the commands
  *   still unanswered. ioredis `Cluster`: the same on every node.
+ * - GLIDE: none (`undefined`): its core checks and reconnects its own connections.
  * - node-redis client or cluster: `destroy()` then `connect()` (node-redis has no call that
  *   drops only the socket); commands waiting on the dead socket are rejected. Only a client
  *   that is open, so a client the application closed stays closed; a cluster whose
  *   rediscovery fails (Redis still silent) is connected again at the next check.
  */
 export function resetOf(driver: RedisDriver): Reset | undefined {
+  // GLIDE's core owns its connections (a heartbeat per connection, its own reconnect) and has no
+  // call that drops one: idem leaves it alone (protocol.md K55).
+  if (driver.kind === 'glide') return undefined;
   if (driver.kind === 'ioredis') {
     const io = driver.client as unknown as IoNode & { nodes?: () => IoNode[] };
     // Not only `ready`: a connection opened into the black hole (a lazy Cluster node's first one,

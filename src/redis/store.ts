@@ -36,6 +36,8 @@ import type { NoTransaction } from './no-transaction.js';
 import type { DurabilityOptions, RedisStoreOptions } from './options.js';
 import { toRunner } from './runner.js';
 import { ShardChannelFeed } from './subscriber.js';
+import { DEFAULT_POLL, PollingFeed } from '../store/polling-feed.js';
+import type { RedisRunner } from './runner.js';
 
 export { NO_TRANSACTION, type NoTransaction } from './no-transaction.js';
 export { NotReplicatedError, type DurabilityOptions, type RedisStoreOptions } from './options.js';
@@ -53,6 +55,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
   private readonly driver: RedisDriver;
   private readonly prefix: string;
   private readonly timeoutMs: number;
+  private readonly redis: RedisRunner;
   private hub: KeyChangeHub | undefined;
   /** Beyond the core (protocol.md "Store capabilities"): completer, wait mode, operator writes; keys expire in Redis, no sweep. */
   readonly capabilities: StoreCapabilities = { completion: true, notify: true, operator: true };
@@ -82,6 +85,7 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
       throw new InvalidOptionError("idem/redis: replayFastPath must be true, false or 'adaptive'");
     this.timeoutMs = timeoutMs;
     const redis = toRunner(this.driver, { timeoutMs, silentLinkMs });
+    this.redis = redis;
     this.keys = new RedisKeyStore({ redis, prefix: this.prefix, durability: durabilityOf(options.durability), replayFastPath });
     // Without a ledger Tx is NoTransaction (the options' default): the store on Redis alone.
     this.ledgered = options.phases ? new LedgerStore(this.keys, options.phases) : (this.keys as unknown as LedgeredMethods<Tx>);
@@ -92,10 +96,22 @@ export class RedisStore<Tx = NoTransaction> implements IdempotencyStore<Tx> {
    * takeover, woken by the sharded pub/sub message its script sends (Redis 7). The first call
    * opens the subscriber (one connection per client, per shard on Cluster, src/redis/subscriber.ts);
    * a store whose engine never waits opens nothing. Subscribing waits at most `storeTimeoutMs`.
+   * On a standalone GLIDE `GlideClient`, which has no sharded pub/sub, a waited-for key is polled
+   * instead (one `HMGET` per poll, protocol.md K55).
    */
   subscribe(scope: string, key: string): Promise<KeyChanges> {
+    if (!this.hub && this.driver.kind === 'glide' && !this.driver.cluster) {
+      const feed = new PollingFeed(async (s, k) => {
+        const h = hashKey(this.prefix, s, k);
+        // What a finish, release, discard, takeover or operator write changes: token, state, lease end.
+        const [tok, st, lu, rl] = (await this.redis.command(h, ['HMGET', h, 'tok', 'st', 'lu', 'rl'])) as unknown[];
+        return tok === null || tok === undefined ? 'gone' : [tok, st, lu, rl].map(String).join('|');
+      }, DEFAULT_POLL);
+      this.hub = new KeyChangeHub(feed, this.timeoutMs);
+      feed.hub = this.hub;
+    }
     if (!this.hub) {
-      const feed = new ShardChannelFeed(this.driver, (s, k) => hashKey(this.prefix, s, k));
+      const feed = new ShardChannelFeed(this.driver, (s, k) => hashKey(this.prefix, s, k), this.timeoutMs);
       this.hub = new KeyChangeHub(feed, this.timeoutMs);
       feed.hub = this.hub;
     }

@@ -15,6 +15,7 @@
  */
 import type { ChangeFeed, KeyChangeHub } from '../store/key-changes.js';
 import type { RedisDriver } from './client.js';
+import { glideClusterSubscriber } from './glide.js';
 
 /** node-redis client (`duplicate()` opens the subscriber connection). */
 interface NodeRedisSubscriberLike {
@@ -48,13 +49,19 @@ interface ShardSubscriber {
 /**
  * Opens the subscriber of `client`: a node-redis client's or an ioredis client's duplicate; a
  * node-redis cluster's own sharded subscribers (one per shard, kept across slot moves); an
- * ioredis Cluster's duplicate with `shardedSubscribers`. `onMessage` gets the channel;
- * `onResubscribed` runs after the subscriber reconnected and subscribed again.
+ * ioredis Cluster's duplicate with `shardedSubscribers`; a `GlideClusterClient`'s second client
+ * (src/redis/glide.ts). `onMessage` gets the channel; `onResubscribed` runs after the subscriber
+ * reconnected and subscribed again (GLIDE reports no such event: its waiters' deadline read covers it).
  */
-function openSubscriber(driver: RedisDriver, onMessage: (channel: string) => void, onResubscribed: () => void): ShardSubscriber {
+function openSubscriber(driver: RedisDriver, onMessage: (channel: string) => void, onResubscribed: () => void, timeoutMs: number): ShardSubscriber {
   const client = driver.client;
   const c = client as unknown as Record<string, unknown>;
   const listener = (_message: string, channel: string) => onMessage(channel);
+  // A standalone GlideClient has no sharded pub/sub: its store polls instead (store.ts, protocol.md K55).
+  if (driver.kind === 'glide') {
+    if (!driver.cluster) throw new Error('idem/redis: a standalone GlideClient has no sharded pub/sub (its store polls)');
+    return glideClusterSubscriber(driver.client, onMessage, timeoutMs);
+  }
   if (driver.kind === 'ioredis') {
     const dup = c.duplicate as (...args: unknown[]) => IoRedisSubscriberLike;
     // ioredis follows a moved slot's shard channel by refreshing its slot map when the old
@@ -136,6 +143,8 @@ export class ShardChannelFeed implements ChangeFeed {
   constructor(
     private readonly driver: RedisDriver,
     private readonly channelOf: (scope: string, key: string) => string,
+    /** Bounds a GLIDE subscriber's own wait for each (un)subscribe (the store's `storeTimeoutMs`). */
+    private readonly timeoutMs = 0,
   ) {}
 
   watch(id: string, scope: string, key: string): Promise<void> {
@@ -197,6 +206,7 @@ export class ShardChannelFeed implements ChangeFeed {
       () => {
         if (this.subscriber === sub) this.hub?.lost();
       },
+      this.timeoutMs,
     );
     this.subscriber = sub;
     return sub;

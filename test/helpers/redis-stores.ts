@@ -1,6 +1,7 @@
 /**
  * RedisStore entries for the store factory list (test/helpers/stores.ts): on the machine's
- * Redis, on a 3-master Redis Cluster the factory starts itself (and stops after), and with
+ * Redis, on a 3-master Redis Cluster the factory starts itself (and stops after), each also
+ * through Valkey GLIDE, and with
  * PostgresPhases on PGlite (atomic phases). The backdoors reach the key's hash with raw
  * commands, as the PostgreSQL factory reaches its table with SQL.
  */
@@ -9,7 +10,7 @@ import { PostgresPhases, RedisStore } from '../../src/redis/index.js';
 import { hashKey, tokenKey } from '../../src/redis/keys.js';
 import type { Queryable, SqlClient } from '../../src/postgres/client.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
-import { clusterClients, randomPrefix, singleClients, startCluster, type TestClient } from './redis.js';
+import { clusterClients, glideCluster, glideSingle, randomPrefix, singleClients, startCluster, type TestClient, type TestCluster } from './redis.js';
 import { tableName } from './engines.js';
 import type { StoreFactory, StoreHarness } from './stores.js';
 import type { KeyRow } from './http.js';
@@ -157,6 +158,24 @@ export const redisFactory: StoreFactory = {
   },
 };
 
+/** Starts a 3-master cluster, opens the client `open` makes on it; both closed with the backend. */
+async function clusterBackend(open: (cluster: TestCluster) => Promise<TestClient>) {
+  const cluster = await startCluster();
+  try {
+    const t = await open(cluster);
+    return {
+      fresh: redisHarness(t),
+      async close() {
+        await t.close();
+        await cluster.stop();
+      },
+    };
+  } catch (error) {
+    await cluster.stop();
+    throw error;
+  }
+}
+
 /** RedisStore on a 3-master Redis Cluster started on loopback for the suite, through ioredis. */
 export const redisClusterFactory: StoreFactory = {
   name: 'RedisStore on Redis Cluster (3 masters)',
@@ -164,24 +183,29 @@ export const redisClusterFactory: StoreFactory = {
   // The engine and HTTP suites assume a fenced commit rolls its effects back, which a
   // NoTransaction store cannot do (5 engine tests); they run on RedisStore + PostgresPhases.
   contractOnly: true,
-  async connect() {
-    const cluster = await startCluster();
-    try {
-      const t = await clusterClients(cluster)
+  connect: () =>
+    clusterBackend((cluster) =>
+      clusterClients(cluster)
         .find((c) => c.name === 'ioredis cluster')!
-        .open();
-      return {
-        fresh: redisHarness(t),
-        async close() {
-          await t.close();
-          await cluster.stop();
-        },
-      };
-    } catch (error) {
-      await cluster.stop();
-      throw error;
-    }
+        .open(),
+    ),
+};
+
+/** RedisStore on the machine's Redis through Valkey GLIDE (`GlideClient`). */
+export const redisGlideFactory: StoreFactory = {
+  ...redisFactory,
+  name: 'RedisStore on Redis (Valkey GLIDE)',
+  async connect() {
+    const t = await glideSingle.open();
+    return { fresh: redisHarness(t), close: () => t.close() };
   },
+};
+
+/** RedisStore on a 3-master Redis Cluster started for the suite, through Valkey GLIDE (`GlideClusterClient`). */
+export const redisGlideClusterFactory: StoreFactory = {
+  ...redisClusterFactory,
+  name: 'RedisStore on Redis Cluster (3 masters, Valkey GLIDE)',
+  connect: () => clusterBackend((cluster) => glideCluster(cluster).open()),
 };
 
 /** RedisStore with PostgresPhases on PGlite: claims in Redis, atomic phases in PostgreSQL. */

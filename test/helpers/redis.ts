@@ -57,6 +57,31 @@ export const singleClients: Array<{ name: string; open(): Promise<TestClient> }>
   },
 ];
 
+/**
+ * Valkey GLIDE (`@valkey/valkey-glide`, a devDependency with a native binding) on the single
+ * Redis: imported when a test opens it, so the other Redis tests run without it.
+ */
+export const glideSingle: { name: string; open(): Promise<TestClient> } = {
+  name: 'Valkey GLIDE',
+  async open() {
+    const { GlideClient } = await import('@valkey/valkey-glide');
+    const url = new URL(REDIS_URL);
+    const client = await GlideClient.createClient({ addresses: [{ host: url.hostname, port: Number(url.port || 6379) }], requestTimeout: 10_000 });
+    return {
+      name: 'Valkey GLIDE',
+      client,
+      raw: async (_k, args) => glideFlat(await client.customCommand(args)),
+      close: async () => client.close(),
+    };
+  },
+};
+
+/** GLIDE answers a RESP3 map as `[{ key, value }, …]`: as the flat array the other drivers give. */
+function glideFlat(reply: unknown): unknown {
+  if (!Array.isArray(reply) || reply.length === 0 || typeof reply[0] !== 'object' || reply[0] === null || !('key' in reply[0])) return reply;
+  return (reply as Array<{ key: unknown; value: unknown }>).flatMap((e) => [e.key, e.value]);
+}
+
 /** Deletes every key under `prefix` on a single Redis. */
 export async function dropPrefix(t: TestClient, prefix: string): Promise<void> {
   let cursor = '0';
@@ -176,6 +201,23 @@ export async function startCluster(): Promise<TestCluster> {
       );
     },
     stop,
+  };
+}
+
+/** A GLIDE `GlideClusterClient` on `cluster` (see {@link glideSingle}). */
+export function glideCluster(cluster: TestCluster): { name: string; open(): Promise<TestClient> } {
+  return {
+    name: 'Valkey GLIDE cluster',
+    async open() {
+      const { GlideClusterClient } = await import('@valkey/valkey-glide');
+      const client = await GlideClusterClient.createClient({ addresses: cluster.ports.map((port) => ({ host: '127.0.0.1', port })), requestTimeout: 10_000 });
+      return {
+        name: 'Valkey GLIDE cluster',
+        client,
+        raw: async (k, args) => glideFlat(await client.customCommand(args, { route: { type: 'primarySlotKey', key: k } })),
+        close: async () => client.close(),
+      };
+    },
   };
 }
 

@@ -19,7 +19,7 @@ import { MemoryStore, type MemoryTx } from '../../src/memory/index.js';
 import type { IdempotencyStore } from '../../src/store/types.js';
 import { tableName } from './engines.js';
 import { keyRows, type KeyRow } from './http.js';
-import { redisClusterFactory, redisFactory, redisPostgresPhasesFactory } from './redis-stores.js';
+import { redisClusterFactory, redisFactory, redisGlideClusterFactory, redisGlideFactory, redisPostgresPhasesFactory } from './redis-stores.js';
 import { citusFactories } from './citus-stores.js';
 import { ormStoreFactories } from './orm-stores.js';
 import { drizzleFactories } from './drizzle-stores.js';
@@ -449,7 +449,9 @@ export const storeFactories: StoreFactory[] = [
   // Drizzle on PGlite, node-postgres and postgres.js: test/helpers/drizzle-stores.ts.
   ...drizzleFactories(),
   // The Redis stores run when REDIS_URL is set (as .ci/run does), like PostgreSQL with DATABASE_URL.
-  ...(process.env.REDIS_URL ? [redisFactory, redisClusterFactory, { ...redisPostgresPhasesFactory, adapterMatrix: true }] : []),
+  ...(process.env.REDIS_URL
+    ? [redisFactory, redisClusterFactory, redisGlideFactory, redisGlideClusterFactory, { ...redisPostgresPhasesFactory, adapterMatrix: true }]
+    : []),
   // Citus (tables distributed by scope) when CITUS_URL is set: test/helpers/citus-stores.ts.
   ...citusFactories(postgresFactory),
   // MySqlStore on MariaDB or MySQL when MYSQL_URL is set: test/helpers/mysql-stores.ts.
