@@ -28,7 +28,7 @@ export function addGatewayCommand(program: Command, io: CliIo): void {
     .description('run a reverse proxy that gives an upstream in any language durable, fenced, per-principal idempotency keys')
     .option('--config <file>', 'configuration file (JSON, or YAML when it ends in .yaml/.yml): routes, principal, limits')
     .option('--upstream <url>', 'base URL requests are forwarded to (overrides the file)')
-    .addOption(new Option('--store <url>', 'postgres://, mysql:// URL, or memory (overrides the file)').env('IDEM_GATEWAY_STORE'))
+    .addOption(new Option('--store <url>', 'postgres://, mysql://, redis:// URL, or memory (overrides the file)').env('IDEM_GATEWAY_STORE'))
     .option('--listen <address>', '[host]:port to listen on, e.g. :8080 (overrides the file)')
     .option('--table <name>', 'key table (SQL stores; overrides the file)')
     .action(async (flags: GatewayFlags) => {
@@ -65,10 +65,11 @@ async function openStore(url: string, table: string): Promise<{ store: Idempoten
     const { MemoryStore } = await import('../memory/index.js');
     return { store: new MemoryStore() as IdempotencyStore, close: async () => undefined };
   }
+  if (/^rediss?:\/\//i.test(url)) return openRedis(url, table);
   if (!/^(postgres|postgresql|mysql|mariadb):\/\//i.test(url)) {
     throw new GatewayConfigError(
       'store',
-      `must be a postgres://, postgresql://, mysql:// or mariadb:// URL, or memory (got ${JSON.stringify(url.split(':')[0])}://…)`,
+      `must be a postgres://, postgresql://, mysql://, mariadb:// or redis:// URL, or memory (got ${JSON.stringify(url.split(':')[0])}://…)`,
     );
   }
   const db = await openDatabase({ databaseUrl: url });
@@ -87,4 +88,26 @@ async function openStore(url: string, table: string): Promise<{ store: Idempoten
     await db.close().catch(() => undefined);
     throw new CliError(`cannot prepare the key table ${table}: ${describeError(error)}`);
   }
+}
+
+/** `--store redis://…`: a RedisStore on node-redis (`@redis/client`, an optional peer), its keys under the table name as prefix. */
+async function openRedis(url: string, prefix: string): Promise<{ store: IdempotencyStore; close: () => Promise<void> }> {
+  let redis: {
+    createClient(options: { url: string }): { connect(): Promise<unknown>; close(): Promise<void>; on(event: 'error', listener: (e: Error) => void): unknown };
+  };
+  try {
+    redis = (await import('@redis/client')) as unknown as typeof redis;
+  } catch {
+    throw new CliError('--store redis:// needs the package @redis/client: npm install @redis/client');
+  }
+  const client = redis.createClient({ url });
+  // A dropped connection is the store unavailable (503) per request, not a crash of the gateway.
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (error) {
+    throw new CliError(`cannot connect to Redis at ${new URL(url).host}: ${describeError(error)}`);
+  }
+  const { RedisStore } = await import('../redis/index.js');
+  return { store: new RedisStore({ client: client as never, prefix }) as IdempotencyStore, close: () => client.close() };
 }

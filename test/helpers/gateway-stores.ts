@@ -33,3 +33,31 @@ if (databaseUrl) {
     },
   });
 }
+
+const redisUrl = serviceUrl('REDIS_URL');
+if (redisUrl) {
+  gatewayStores.push({
+    name: 'redis',
+    async open() {
+      const { createClient } = await import('@redis/client');
+      const { RedisStore } = await import('../../src/redis/index.js');
+      const client = createClient({ url: redisUrl });
+      await client.connect();
+      return { store: new RedisStore({ client, prefix: `gw-${process.pid}-${Math.floor(Math.random() * 1e9)}` }) as IdempotencyStore, close: () => client.close() };
+    },
+  });
+}
+
+if (serviceUrl('MYSQL_URL')) {
+  gatewayStores.push({
+    name: 'mysql',
+    async open() {
+      const { openMySqlDatabase } = await import('./mysql-stores.js');
+      const { MySqlStore } = await import('../../src/mysql/index.js');
+      const db = await openMySqlDatabase();
+      const store = new MySqlStore({ client: db.pool, table: 'gw_keys' });
+      await store.migrate();
+      return { store: store as unknown as IdempotencyStore, close: () => db.close() };
+    },
+  });
+}
