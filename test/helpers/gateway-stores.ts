@@ -43,7 +43,10 @@ if (redisUrl) {
       const { RedisStore } = await import('../../src/redis/index.js');
       const client = createClient({ url: redisUrl });
       await client.connect();
-      return { store: new RedisStore({ client, prefix: `gw-${process.pid}-${Math.floor(Math.random() * 1e9)}` }) as IdempotencyStore, close: () => client.close() };
+      return {
+        store: new RedisStore({ client, prefix: `gw-${process.pid}-${Math.floor(Math.random() * 1e9)}` }) as IdempotencyStore,
+        close: () => client.close(),
+      };
     },
   });
 }
