@@ -9,6 +9,7 @@ import { ErrorCode, MalformedBodyError } from '../src/core/errors.js';
 import { fingerprint, sameFingerprint } from '../src/core/fingerprint.js';
 import { parseMultipart } from '../src/core/multipart.js';
 import { HttpIdempotency } from '../src/http/idempotency.js';
+import { formFieldKey } from '../src/http/index.js';
 import { MemoryStore } from '../src/memory/index.js';
 
 const FORM = 'application/x-www-form-urlencoded';
@@ -172,5 +173,42 @@ describe('ignoreKeyHeader: a page-set key next to the browser’s own', () => {
 
   test('it needs getKey', () => {
     assert.throws(() => new HttpIdempotency({ store: new MemoryStore(), ignoreKeyHeader: true }), /ignoreKeyHeader needs getKey/);
+  });
+});
+
+describe('formFieldKey: the key in a hidden field', () => {
+  const request = (contentType: string, body: string) => ({
+    method: 'POST',
+    url: '/order',
+    headers: new Headers({ 'content-type': contentType }),
+    body: Buffer.from(body),
+  });
+  const key = formFieldKey('idempotency_key');
+
+  test('reads it from a urlencoded or a multipart form; none when the field or the form is missing', () => {
+    assert.equal(key(request(FORM, 'item=book&idempotency_key=k%201')), 'k 1');
+    assert.equal(key(request(mp('b'), multipart('b', [...ORDER, { name: 'idempotency_key', content: 'k-2' }]))), 'k-2');
+    // A file input of that name is no key.
+    assert.equal(key(request(mp('b'), multipart('b', [{ name: 'idempotency_key', filename: 'k.txt', content: 'k-3' }]))), undefined);
+    assert.equal(key(request(FORM, 'item=book')), undefined);
+    assert.equal(key(request('application/json', '{"idempotency_key":"k"}')), undefined);
+    assert.equal(key({ ...request(FORM, ''), body: null }), undefined);
+  });
+
+  test('a malformed multipart form is a 400 idempotency-key-invalid: nothing claimed', async () => {
+    let runs = 0;
+    const idem = new HttpIdempotency({ store: new MemoryStore(), getKey: key, ignoreKeyHeader: true });
+    const res = await idem.handle(
+      new Request('http://shop.test/order', { method: 'POST', headers: { 'content-type': mp('b') }, body: '--b\r\nnonsense' }),
+      () => {
+        runs++;
+        return new Response('ok');
+      },
+    );
+    assert.equal(res.status, 400);
+    const problem = (await res.json()) as { type: string; detail: string };
+    assert.equal(problem.type, 'urn:idem:problem:idempotency-key-invalid');
+    assert.match(problem.detail, /no key field "idempotency_key" can be read: multipart\/form-data: /);
+    assert.equal(runs, 0);
   });
 });
