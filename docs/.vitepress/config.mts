@@ -31,7 +31,7 @@ const GROUPS: Array<[string, string[]]> = [
   ['Stores', ['postgres', 'pglite', 'redis', 'valkey-glide', 'dynamodb', 'memory', 'mysql', 'sqlite', 'citus', 'durable-objects']],
   ['Database clients', ['drizzle', 'kysely', 'prisma', 'postgresjs']],
   ['Queues and beyond HTTP', ['consumers', 'rabbitmq', 'nats', 'sqs', 'lambda-batches', 'webhooks', 'functions', 'mcp', 'ai-sdk']],
-  ['Client', ['client']],
+  ['Client', ['client', 'browser-forms']],
   ['Operations', ['operations', 'operators', 'completer', 'large-responses', 'payments-example', 'openapi']],
 ];
 

@@ -115,6 +115,13 @@ export interface components {
             /** @enum {integer} */
             status?: 503;
         };
+        /** @description A multipart/form-data body does not parse, so it has no canonical fingerprint; nothing was claimed (H42). */
+        IdemProblemRequestBodyMalformed: components["schemas"]["IdemProblem"] & {
+            /** @enum {string} */
+            type?: "urn:idem:problem:request-body-malformed";
+            /** @enum {integer} */
+            status?: 400;
+        };
         Charge: {
             id: string;
             /** @enum {string} */
@@ -132,13 +139,13 @@ export interface components {
         };
     };
     responses: {
-        /** @description The request carries no idempotency key and the API requires one (H2). The key is not 1-255 printable ASCII characters, or was sent twice (H5). */
+        /** @description The request carries no idempotency key and the API requires one (H2). The key is not 1-255 printable ASCII characters, or was sent twice (H5). A multipart/form-data body does not parse, so it has no canonical fingerprint; nothing was claimed (H42). */
         IdemProblem400: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
-                "application/problem+json": components["schemas"]["IdemProblemKeyMissing"] | components["schemas"]["IdemProblemKeyInvalid"];
+                "application/problem+json": components["schemas"]["IdemProblemKeyMissing"] | components["schemas"]["IdemProblemKeyInvalid"] | components["schemas"]["IdemProblemRequestBodyMalformed"];
             };
         };
         /** @description The key was used with a different request (H11). */

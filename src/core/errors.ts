@@ -25,6 +25,7 @@ export const ErrorCode = {
   DataDirLocked: 'IDEM_DATA_DIR_LOCKED',
   FailedPermanently: 'IDEM_FAILED_PERMANENTLY',
   UnencodableResult: 'IDEM_UNENCODABLE_RESULT',
+  MalformedBody: 'IDEM_MALFORMED_BODY',
   // idem/redis durability (src/redis/options.ts)
   NotReplicated: 'IDEM_REDIS_NOT_REPLICATED',
   // idem/webhooks (src/webhooks/presets.ts)
@@ -96,6 +97,18 @@ export class InvalidPhaseError extends IdempotencyError {
 export class InvalidOptionError extends IdempotencyError {
   constructor(message: string) {
     super(ErrorCode.InvalidOption, message);
+  }
+}
+
+/**
+ * A request body that says it is `multipart/form-data` does not parse as one (no boundary, no
+ * closing delimiter, a part without `Content-Disposition: form-data; name=…`): it has no
+ * canonical fingerprint (protocol.md H42). Thrown before anything is claimed; over HTTP it is
+ * the 400 problem `request-body-malformed`.
+ */
+export class MalformedBodyError extends IdempotencyError {
+  constructor(message: string) {
+    super(ErrorCode.MalformedBody, message);
   }
 }
 

@@ -1,5 +1,6 @@
 import crypto, { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
+import { canonicalMultipart } from './multipart.js';
 
 /** What the fingerprint is computed from (protocol.md H7). */
 export interface FingerprintInput {
@@ -29,10 +30,16 @@ export interface FingerprintInput {
    * `['/id']` for a JSON-RPC envelope. A pointer that matches nothing is ignored.
    */
   ignore?: readonly string[];
+  /**
+   * What a `multipart/form-data` body that does not parse gets: `'raw'` (the default) hashes its
+   * bytes, as a body that is not JSON is; `'throw'` throws {@link MalformedBodyError} (the HTTP
+   * layer answers it with a 400 problem before claiming anything; protocol.md H42).
+   */
+  malformed?: 'raw' | 'throw';
 }
 
 /** Body forms, tagged in the hash so `{"a":1}` as JSON never equals the same bytes as text. */
-type BodyForm = 'empty' | 'json' | 'form' | 'raw';
+type BodyForm = 'empty' | 'json' | 'form' | 'multipart' | 'raw';
 
 /**
  * SHA-256 fingerprint of a request, 32 bytes (protocol.md K2; protocol.md H7).
@@ -44,7 +51,12 @@ type BodyForm = 'empty' | 'json' | 'form' | 'raw';
  *   IEEE-754 doubles as RFC 8785 specifies: integers beyond 2^53 that differ only past double
  *   precision compare equal. A body that does not parse as JSON is hashed as raw bytes.
  * - `application/x-www-form-urlencoded`: the decoded pairs sorted by name (stable, so repeated
- *   names keep their order), then canonicalized as JSON; `a=1&b=2` equals `b=2&a=1`.
+ *   names keep their order), then canonicalized as JSON; `a=1&b=2` equals `b=2&a=1`, and `a=x+y`
+ *   equals `a=x%20y` (protocol.md H42).
+ * - `multipart/form-data`: its parts by name, filename, content type and content, sorted by name
+ *   as form pairs are, without the boundary (protocol.md H42): a browser's re-post of a form has a
+ *   new random boundary and the same fingerprint. One that does not parse: raw bytes, or
+ *   {@link MalformedBodyError} with `malformed: 'throw'`.
  * - anything else: the raw bytes.
  *
  * Every field is length-prefixed so that no two different requests share an encoding.
@@ -57,7 +69,7 @@ export function fingerprint(input: FingerprintInput): Uint8Array {
   const query = typeof input.query === 'string' ? new URLSearchParams(input.query) : input.query;
   const queryPairs = query ? [...query] : [];
   const headers = input.headers?.length ? input.headers.map(([n, v]) => [n.toLowerCase(), v.trim()] as [string, string]) : [];
-  const [form, bytes] = canonicalBody(input.contentType ?? null, input.body ?? null, projection(input));
+  const [form, bytes] = canonicalBody(input.contentType ?? null, input.body ?? null, projection(input), input.malformed === 'throw');
   const fields: Array<string | Uint8Array> = [
     VERSION,
     input.method.toUpperCase(),
@@ -113,7 +125,12 @@ export function isJsonMediaType(contentType: string | null | undefined): boolean
   return type === 'application/json' || type.endsWith('+json');
 }
 
-function canonicalBody(contentType: string | null, body: Uint8Array | null, project?: (body: unknown) => unknown): [BodyForm, Uint8Array | string] {
+function canonicalBody(
+  contentType: string | null,
+  body: Uint8Array | null,
+  project: ((body: unknown) => unknown) | undefined,
+  strict: boolean,
+): [BodyForm, Uint8Array | string] {
   if (!body || body.length === 0) return ['empty', ''];
   const type = mediaType(contentType);
   if (type === 'application/json' || type.endsWith('+json')) {
@@ -140,6 +157,13 @@ function canonicalBody(contentType: string | null, body: Uint8Array | null, proj
       return ['form', canonicalPairs([...new URLSearchParams(text)])];
     } catch {
       // Not UTF-8: raw bytes.
+    }
+  } else if (type === 'multipart/form-data') {
+    try {
+      return ['multipart', canonicalMultipart(contentType!, body)];
+    } catch (error) {
+      if (strict) throw error;
+      // Not multipart after all: raw bytes, as a body that is not JSON.
     }
   }
   return ['raw', body];

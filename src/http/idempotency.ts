@@ -1,5 +1,5 @@
 import { DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
-import { InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
+import { InvalidOptionError, LeaseLostError, MalformedBodyError, StoreUnavailableError } from '../core/errors.js';
 import { type BeginResult, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
 import { hasCompletion } from '../store/capabilities.js';
@@ -94,7 +94,7 @@ export class HttpIdempotency<Tx = unknown> {
     });
     this.expiresHeader = expiresHeaderName(options.expiresHeader);
     this.fingerprints = new RequestFingerprints(options);
-    this.keys = new RequestKeys(this.keyHeader, options.getKey);
+    this.keys = new RequestKeys(this.keyHeader, options.getKey, options.ignoreKeyHeader);
     if (options.retryAfterS !== undefined && !(Number.isInteger(options.retryAfterS) && options.retryAfterS >= 1)) {
       throw new InvalidOptionError('idem: retryAfterS must be a whole number of seconds >= 1');
     }
@@ -138,6 +138,11 @@ export class HttpIdempotency<Tx = unknown> {
     } catch (error) {
       if (error instanceof StoreUnavailableError) {
         return this.storeUnavailable();
+      }
+      // A form body with no canonical form (protocol.md H42): refused before the claim, so the
+      // key is not spent and the same key with a well-formed body runs.
+      if (error instanceof MalformedBodyError) {
+        return this.problem(ProblemKind.MalformedBody, 400, `${error.message}; nothing was processed.`);
       }
       // A scope resolver that throws, or returns an invalid scope, is a bug in the app:
       // surface it to the framework's error handling. Nothing was claimed.

@@ -10,3 +10,4 @@ export { idemProblem, problemResponse, ProblemKind, PROBLEM_TYPE_PREFIX, type Pr
 export { captureResponse, replayResponse, replayHeaderFilter, type ResponseCapture } from './response.js';
 export { credentialScope, PUBLIC_SCOPE } from './scope.js';
 export { Completer, type CompleterOptions, type CompleterReport } from './completer.js';
+export { formFieldKey } from './form-key.js';

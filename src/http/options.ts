@@ -51,6 +51,13 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    */
   getKey?: (request: HttpRequestInput) => string | undefined;
   /**
+   * With `getKey`: the key header is not read at all, so a key header next to the key `getKey`
+   * found is no conflict. For a form whose page sets its key in a hidden field while the browser
+   * adds its own random `Idempotency-Key` (Firefox with `network.http.idempotencyKey.enabled`;
+   * protocol.md H42). Only with `getKey`. @default false
+   */
+  ignoreKeyHeader?: boolean;
+  /**
    * Resolves the scope (tenant / API credential) of a request (protocol.md H6). The default
    * hashes the `Authorization` header, safe without configuration.
    */

@@ -20,6 +20,7 @@ export const ProblemKind = {
   ResponseTooLarge: 'response-too-large-to-keep',
   WebhookRefused: 'webhook-signature-invalid',
   RequestTooLarge: 'request-too-large',
+  MalformedBody: 'request-body-malformed',
 } as const;
 export type ProblemKind = (typeof ProblemKind)[keyof typeof ProblemKind];
 
@@ -64,6 +65,7 @@ const TITLES: Record<ProblemKind, [string, StripeError['type'], string]> = {
   'response-too-large-to-keep': ['The response was too large to keep for replay', 'api_error', 'response_too_large_to_keep'],
   'webhook-signature-invalid': ['The webhook signature is missing or invalid', 'authentication_error', 'webhook_signature_invalid'],
   'request-too-large': ['The request body is too large', 'invalid_request_error', 'request_too_large'],
+  'request-body-malformed': ['The request body is malformed', 'invalid_request_error', 'request_body_malformed'],
 };
 
 /**
@@ -77,6 +79,8 @@ const STATES: Record<ProblemKind, OperationState> = {
   'idempotency-key-invalid': OperationState.NotApplied,
   // Refused before the key was read; a retry sends the same bytes and is refused the same way.
   'request-too-large': OperationState.NotApplied,
+  // A multipart body with no canonical form is refused before the claim (protocol.md H42).
+  'request-body-malformed': OperationState.NotApplied,
   'webhook-signature-invalid': OperationState.NotApplied,
   'idempotency-key-reused': OperationState.KeyMismatch,
   'request-in-progress': OperationState.MaybeApplied,

@@ -37,7 +37,10 @@ export class RequestFingerprints {
     this.memo = size > 0 ? new FingerprintMemo(size) : undefined;
   }
 
-  /** The request's fingerprint (protocol.md H7), remembered by its raw parts (protocol.md H29). */
+  /**
+   * The request's fingerprint (protocol.md H7), remembered by its raw parts (protocol.md H29).
+   * @throws {MalformedBodyError} for a `multipart/form-data` body that does not parse (protocol.md H42)
+   */
   of(request: HttpRequestInput): Uint8Array {
     const contentType = request.headers.get('content-type');
     const names = this.headers;
@@ -54,6 +57,8 @@ export class RequestFingerprints {
       contentType,
       body: request.body,
       headers: names.map((h, i) => [h, values[i]!] as const),
+      // A multipart body that does not parse has no canonical form: refused, not hashed (protocol.md H42).
+      malformed: 'throw',
       ...(this.options.fingerprintIgnore ? { ignore: this.options.fingerprintIgnore } : {}),
       ...(this.options.fingerprintProjection ? { project: this.options.fingerprintProjection } : {}),
     });

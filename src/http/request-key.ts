@@ -15,13 +15,17 @@ export type KeyRead = { kind: 'key'; key: string | undefined } | { kind: 'invali
 export class RequestKeys {
   /**
    * @param keyHeader the key header's name (resolved: `keyHeader`, `headerName` or the default)
-   * @throws {InvalidOptionError} for a `getKey` that is not a function
+   * @param ignoreHeader with `getKey`, the key header is not read (a browser's own key next to a page's; protocol.md H42)
+   * @throws {InvalidOptionError} for a `getKey` that is not a function, `ignoreKeyHeader` without `getKey`
    */
   constructor(
     private readonly keyHeader: string,
     private readonly getKey: ((request: HttpRequestInput) => string | undefined) | undefined,
+    private readonly ignoreHeader = false,
   ) {
     if (getKey !== undefined && typeof getKey !== 'function') throw new InvalidOptionError('idem: getKey must be a function');
+    if (ignoreHeader !== true && ignoreHeader !== false) throw new InvalidOptionError('idem: ignoreKeyHeader must be a boolean');
+    if (ignoreHeader && getKey === undefined) throw new InvalidOptionError('idem: ignoreKeyHeader needs getKey (where else would the key come from?)');
   }
 
   /**
@@ -35,6 +39,7 @@ export class RequestKeys {
       // Data, not the header: any non-empty string, mapped to its stored key (protocol.md K47);
       // an empty string or a non-string is an InvalidKeyError (400, nothing claimed).
       const key = found === undefined ? undefined : dataKey(found);
+      if (this.ignoreHeader) return { kind: 'key', key };
       // A key header next to the key getKey found must name the same key, as sent: two
       // different keys for one request are ambiguous, never silently ignored (protocol.md H5).
       const header = request.headers.get(this.keyHeader) !== null ? this.headerKey(request) : undefined;

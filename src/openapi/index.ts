@@ -85,6 +85,12 @@ const PROBLEMS: Array<{ kind: ProblemKind; name: string; status: number; when: s
     status: 413,
     when: 'The request body is larger than maxBodyBytes; nothing was read past it or claimed (H27).',
   },
+  {
+    kind: ProblemKind.MalformedBody,
+    name: 'RequestBodyMalformed',
+    status: 400,
+    when: 'A multipart/form-data body does not parse, so it has no canonical fingerprint; nothing was claimed (H42).',
+  },
 ];
 
 /**
