@@ -3,8 +3,8 @@
  * attempt contract (which run over it in Miniflare): the Worker example examples/workers/d1.ts
  * bundled from source and run in workerd (one charge and a byte-identical replay for a retried
  * POST, 422 for another body, one charge for 32 concurrent duplicates), a takeover after the
- * lease that fences the late writer (its phase with a D1 write included: the batch's guard rolls
- * the write back), and the options it refuses. Full tier, with the runtime matrix's Miniflare.
+ * lease that fences the late writer (test/helpers/late-writer.ts, its phase with a D1 write: the
+ * batch's guard rolls the write back), a failed write of a phase, and the options it refuses. Full tier, with the runtime matrix's Miniflare.
  */
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -14,15 +14,11 @@ import { ErrorCode, InvalidOptionError } from '../src/core/errors.js';
 import { claimedToken, claimInput } from './contracts/store.js';
 import { D1_WORKER, d1Harness, d1Rows } from './helpers/d1-stores.js';
 import { bundleWorker, miniflareMissing, startMiniflare } from './helpers/durable-object-stores.js';
+import { fencesLateWriter } from './helpers/late-writer.js';
 import type { StoreHarness } from './helpers/stores.js';
 import { checkWorker } from './runtimes/worker-checks.mjs';
 
 const SCOPE = 'tenant-1';
-const response = (n: number) => ({
-  status: 201,
-  headers: [['content-type', 'application/json']] as Array<[string, string]>,
-  body: new Uint8Array([n, 0, 255]),
-});
 
 describe('the Worker example on D1 (Miniflare)', { skip: miniflareMissing() }, () => {
   let mf: Awaited<ReturnType<typeof startMiniflare>>;
@@ -48,32 +44,11 @@ describe('D1Store: takeover and the phase guard (Miniflare)', { skip: miniflareM
   });
   after(() => mf?.dispose());
 
-  it('fences the late writer after a takeover of its expired lease: its phase (with its D1 write), heartbeat, finish and release change nothing', async () => {
-    const store = h.store;
-    const late = claimedToken(await store.claim(claimInput('takeover', { leaseMs: 0 })));
-    const taken = await store.takeOver({ scope: SCOPE, key: 'takeover', token: late }, 60_000);
-    assert.equal(taken.kind, 'taken');
-    const token = (taken as { token: number }).token;
-    assert.ok(token > late);
-    const stale = { scope: SCOPE, key: 'takeover', token: late };
-    const before = await h.snapshot(SCOPE, 'takeover');
-    const phase = () => ({ kind: 'phase' as const, phase: 'p', result: 1, leaseMs: 60_000 });
-    const write = async (tx: D1Tx) => tx.write(tx.db.prepare('INSERT INTO late_writes (note) VALUES (?)').bind('late'));
-    assert.deepEqual(await store.commit(stale, phase, write), { kind: 'fenced' });
-    assert.deepEqual(await d1Rows(db, 'SELECT note FROM late_writes'), [], "the late writer's D1 write rolled back with its batch");
-    assert.deepEqual(await store.commit(stale, phase), { kind: 'fenced' });
-    assert.deepEqual(await store.extendLease(stale, 60_000), { kind: 'fenced' });
-    assert.deepEqual(await store.commit(stale, () => ({ kind: 'finish', response: response(1) })), { kind: 'fenced' });
-    assert.deepEqual(await store.release(stale), { kind: 'fenced' });
-    assert.deepEqual(await h.snapshot(SCOPE, 'takeover'), before, 'the late writer changed nothing');
-    // The taker's phase and its write commit together.
-    assert.equal((await store.commit({ ...stale, token }, phase, write)).kind, 'ok');
-    assert.deepEqual(await d1Rows(db, 'SELECT note FROM late_writes'), [{ note: 'late' }]);
-    assert.equal((await store.commit({ ...stale, token }, () => ({ kind: 'finish', response: response(2) }))).kind, 'ok');
-    const replay = await store.claim(claimInput('takeover'));
-    assert.equal(replay.kind, 'exists');
-    assert.deepEqual((replay as { record: { response?: unknown } }).record.response, response(2), 'the taker answers, byte for byte');
-  });
+  it('fences the late writer after a takeover of its expired lease: its phase (with its D1 write), heartbeat, finish and release change nothing', () =>
+    fencesLateWriter(h, 'takeover', {
+      write: async (tx: D1Tx) => tx.write(tx.db.prepare('INSERT INTO late_writes (note) VALUES (?)').bind('late')),
+      written: async () => (await d1Rows(db, 'SELECT note FROM late_writes')).length,
+    }));
 
   it("rolls the phase's recovery point back when one of its own D1 writes fails, and the error goes on", async () => {
     const store = h.store;
