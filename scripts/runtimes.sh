@@ -3,7 +3,7 @@
 # get it, installed in a scratch project, then test/runtimes/suite.mjs on Node 22, 24 and 26, Bun
 # and Deno (replays, mismatches, concurrent duplicates on memory, PostgreSQL through pg and
 # postgres.js, Redis; a SIGKILL crash drill), and test/runtimes/workerd.mjs on workerd through
-# Miniflare (the fetch adapter on the memory store and on the Durable Objects store). The runtimes are the npm packages pinned in
+# Miniflare (the fetch adapter on the memory store, the Durable Objects store and the D1 store). The runtimes are the npm packages pinned in
 # .ci/runtimes/package.json, installed there on first use. DATABASE_URL and REDIS_URL name the
 # services; without them those checks say they are skipped.
 # Usage: scripts/runtimes.sh [node22 node24 node26 bun deno workerd]   (default: all of them)
@@ -33,7 +33,7 @@ for peer in hono @hono/node-server pg postgres @redis/client; do
   mkdir -p "$(dirname "$APP/node_modules/$peer")"
   ln -s "$ROOT/node_modules/$peer" "$APP/node_modules/$peer"
 done
-cp test/runtimes/*.mjs examples/workers/worker.ts examples/workers/durable-object.ts "$APP/"
+cp test/runtimes/*.mjs examples/workers/worker.ts examples/workers/durable-object.ts examples/workers/d1.ts "$APP/"
 
 runtimes=("$@")
 [ ${#runtimes[@]} -gt 0 ] || runtimes=(node22 node24 node26 bun deno workerd)

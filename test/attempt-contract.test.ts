@@ -23,6 +23,7 @@ const kinds = new Set([
   'SqliteStore on better-sqlite3',
   'SqliteStore on libSQL (file:)',
   'DurableObjectStore (SQLite-backed) in Miniflare',
+  'D1Store in Miniflare',
 ]);
 
 for (const factory of storeFactories.filter((f) => kinds.has(f.name))) {

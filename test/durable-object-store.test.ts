@@ -13,15 +13,11 @@ import { claimedToken, claimInput } from './contracts/store.js';
 import { DurableObjectStore } from '../src/cloudflare/index.js';
 import { ErrorCode, InvalidOptionError } from '../src/core/errors.js';
 import { bundleWorker, durableObjectFactories, miniflareMissing, startMiniflare } from './helpers/durable-object-stores.js';
+import { fencesLateWriter, response } from './helpers/late-writer.js';
 import type { StoreBackend, StoreHarness } from './helpers/stores.js';
 import { checkWorker } from './runtimes/worker-checks.mjs';
 
 const SCOPE = 'tenant-1';
-const response = (n: number) => ({
-  status: 201,
-  headers: [['content-type', 'application/json']] as Array<[string, string]>,
-  body: new Uint8Array([n, 0, 255]),
-});
 
 describe('the Worker example on Durable Objects (Miniflare)', { skip: miniflareMissing() }, () => {
   let mf: Awaited<ReturnType<typeof startMiniflare>>;
@@ -44,25 +40,8 @@ describe('DurableObjectStore: takeover and retention in the key object (Miniflar
   });
   after(() => backend?.close());
 
-  it('fences the late writer after a takeover of its expired lease: its phase, heartbeat, finish and release change nothing', async () => {
-    const store = h.store;
-    const late = claimedToken(await store.claim(claimInput('takeover', { leaseMs: 0 })));
-    const taken = await store.takeOver({ scope: SCOPE, key: 'takeover', token: late }, 60_000);
-    assert.equal(taken.kind, 'taken');
-    const token = (taken as { token: number }).token;
-    assert.ok(token > late);
-    const stale = { scope: SCOPE, key: 'takeover', token: late };
-    const before = await h.snapshot(SCOPE, 'takeover');
-    assert.deepEqual(await store.commit(stale, () => ({ kind: 'phase', phase: 'p', result: 1, leaseMs: 60_000 })), { kind: 'fenced' });
-    assert.deepEqual(await store.extendLease(stale, 60_000), { kind: 'fenced' });
-    assert.deepEqual(await store.commit(stale, () => ({ kind: 'finish', response: response(1) })), { kind: 'fenced' });
-    assert.deepEqual(await store.release(stale), { kind: 'fenced' });
-    assert.deepEqual(await h.snapshot(SCOPE, 'takeover'), before, 'the late writer changed nothing');
-    assert.equal((await store.commit({ ...stale, token }, () => ({ kind: 'finish', response: response(2) }))).kind, 'ok');
-    const replay = await store.claim(claimInput('takeover'));
-    assert.equal(replay.kind, 'exists');
-    assert.deepEqual((replay as { record: { response?: unknown } }).record.response, response(2), 'the taker answers, byte for byte');
-  });
+  it('fences the late writer after a takeover of its expired lease: its phase, heartbeat, finish and release change nothing', () =>
+    fencesLateWriter(h, 'takeover'));
 
   it("deletes a finished key once its claim's retention is over, by the object's alarm, and a new claim draws a higher token", async () => {
     const store = h.store;

@@ -1,7 +1,8 @@
 /**
  * Wait mode (protocol.md K17) on every store beside PostgreSQL (test/wait-mode.test.ts): the
  * memory store (in process), PGlite (its `listen`), Redis through node-redis, ioredis and
- * Valkey GLIDE, single and Cluster (sharded pub/sub from the scripts; a standalone GLIDE client polls), MySQL/MariaDB (polling). Each test would fail if the store sent no
+ * Valkey GLIDE, single and Cluster (sharded pub/sub from the scripts; a standalone GLIDE client
+ * polls), MySQL/MariaDB, SQLite and D1 (polling). Each test would fail if the store sent no
  * notification: its waiters wait `inProgress.wait` (10 s) or a whole lease, far above the bounds
  * asserted here.
  */
@@ -17,6 +18,9 @@ import { MemoryStore } from '../src/memory/index.js';
 import { MySqlStore } from '../src/mysql/index.js';
 import { SqliteStore, type SqliteDatabaseLike } from '../src/sqlite/index.js';
 import { scratchFile } from './helpers/sqlite-stores.js';
+import { D1Store } from '../src/cloudflare/index.js';
+import { D1_WORKER } from './helpers/d1-stores.js';
+import { miniflareMissing, startMiniflare } from './helpers/durable-object-stores.js';
 
 const NODE_SQLITE: string = 'node:sqlite';
 import { openMySqlDatabase } from './helpers/mysql-stores.js';
@@ -232,6 +236,18 @@ storeSuite('SqliteStore (polling, node:sqlite)', async () => {
     },
   };
 });
+
+// D1 cannot notify: the same poll, through Miniflare's D1 binding (protocol.md K57).
+storeSuite(
+  'D1Store (polling, Miniflare)',
+  async () => {
+    const mf = await startMiniflare(D1_WORKER, {}, { d1Databases: ['DB'] });
+    const store = new D1Store({ database: await mf.getD1Database('DB'), table: tableName('idem_wait') });
+    await store.migrate();
+    return { store, close: () => mf.dispose() };
+  },
+  miniflareMissing(),
+);
 
 function redisOpen(open: () => Promise<TestClient>): () => Promise<Opened> {
   return async () => {

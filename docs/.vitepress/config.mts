@@ -28,7 +28,7 @@ function titleOf(file: string): string {
 const GROUPS: Array<[string, string[]]> = [
   ['Start', ['quickstart', 'install', 'runtimes', 'behaviour', 'options', 'wait-mode']],
   ['Frameworks', ['hono', 'express', 'fastify', 'koa', 'nestjs', 'next', 'lambda', 'fetch', 'adapters']],
-  ['Stores', ['postgres', 'pglite', 'redis', 'valkey-glide', 'dynamodb', 'memory', 'mysql', 'sqlite', 'citus', 'durable-objects']],
+  ['Stores', ['postgres', 'pglite', 'redis', 'valkey-glide', 'dynamodb', 'memory', 'mysql', 'sqlite', 'citus', 'durable-objects', 'd1']],
   ['Database clients', ['drizzle', 'kysely', 'prisma', 'postgresjs']],
   ['Queues and beyond HTTP', ['consumers', 'rabbitmq', 'nats', 'sqs', 'lambda-batches', 'webhooks', 'functions', 'mcp', 'ai-sdk']],
   ['Client', ['client', 'browser-forms']],

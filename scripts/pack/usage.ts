@@ -60,7 +60,7 @@ import { consumeSqs, IDEM_REASON_ATTRIBUTE, SqsConsumer, type SqsClientLike, typ
 import { Outbox, OutboxRelay, PostgresStore, type Queryable, type SqlClient, type SqlDriver } from 'idem/postgres';
 import { postgresjs } from 'idem/postgresjs';
 import { MySqlStore } from 'idem/mysql';
-import { DurableObjectStore, type DurableObjectNamespaceLike } from 'idem/cloudflare';
+import { D1Store, type D1DatabaseLike, DurableObjectStore, type DurableObjectNamespaceLike } from 'idem/cloudflare';
 import { IdemKeyObject } from 'idem/cloudflare/object';
 import mysql from 'mysql2/promise';
 import { SqliteStore } from 'idem/sqlite';
@@ -325,6 +325,12 @@ const doEngine = new IdempotencyEngine({ store: doStore });
 void doEngine.takeOver({ scope: 's', key: 'k', token: 1 }).then((run) => run?.phase('charge', async (tx) => tx.atomic));
 // The object class a Worker exports for its binding (workerd only; typed by `wrangler types`).
 export class KeyObject extends IdemKeyObject {}
+// The D1 store on the binding: a phase's tx collects D1 statements, run in one batch with the recovery point.
+declare const d1: D1DatabaseLike;
+const d1Engine = new IdempotencyEngine({ store: new D1Store({ database: d1 }) });
+void d1Engine
+  .takeOver({ scope: 's', key: 'k', token: 1 })
+  .then((run) => run?.phase('charge', async (tx) => tx.write(tx.db.prepare('INSERT INTO charges (amount) VALUES (?)').bind(1))));
 
 // The gateway: a reverse proxy on any store, scoped per principal.
 const gateway = createGateway({

@@ -6,3 +6,5 @@ export { DurableObjectStore, type DurableObjectStoreOptions, type KeyObjectStub,
 export { KeyObject } from './key-object.js';
 export type { WireClaim, WireCommit, WireRecord, WireTakeOver } from './wire.js';
 export type { DurableObjectIdLike, DurableObjectNamespaceLike, DurableObjectStateLike, DurableObjectStorageLike, SqlStorageLike } from './workers-types.js';
+export { D1Store, type D1StoreOptions, type D1Tx } from './d1.js';
+export type { D1DatabaseLike, D1PreparedStatementLike, D1ResultLike } from './d1-types.js';

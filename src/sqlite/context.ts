@@ -5,10 +5,15 @@
 import type { SqliteExecutor, SqliteRun } from './executor.js';
 import type { SqliteStatements } from './sql.js';
 
-/** One SQLite store's table and client. */
-export interface SqliteContext {
+/** A table and a way to run one statement on it: what the reads and the sweep need (the D1 store has them too, protocol.md K57). */
+export interface SqliteRowsContext {
   readonly table: string;
   readonly sql: SqliteStatements;
+  readonly db: Pick<SqliteExecutor<unknown>, 'rows'>;
+}
+
+/** One SQLite store's table and client. */
+export interface SqliteContext extends SqliteRowsContext {
   readonly db: SqliteExecutor<unknown>;
 }
 

@@ -4,7 +4,7 @@
  */
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { type SweepOptions, type SweepPlan, type SweepReport, sweepBatches, sweepSettings } from '../store/sweep.js';
-import { type SqliteContext, ms } from './context.js';
+import { type SqliteContext, type SqliteRowsContext, ms } from './context.js';
 
 /**
  * See `SqliteStore.migrate`. `CREATE … IF NOT EXISTS` in one write transaction: processes
@@ -27,7 +27,7 @@ export async function tableMode(ctx: SqliteContext): Promise<'plain' | undefined
   return Number((await ctx.db.rows(ctx.sql.tableExists, [ctx.table]))[0]!.n) > 0 ? 'plain' : undefined;
 }
 
-async function cutoffOf(ctx: SqliteContext, retentionMs: number): Promise<number> {
+async function cutoffOf(ctx: SqliteRowsContext, retentionMs: number): Promise<number> {
   return Number((await ctx.db.rows(ctx.sql.sweepCutoff, [ms(retentionMs)]))[0]!.cutoff);
 }
 
@@ -36,7 +36,7 @@ async function cutoffOf(ctx: SqliteContext, retentionMs: number): Promise<number
  * write lock is held for one batch at a time and claims of other processes get their turn
  * between batches.
  */
-export async function sweepReport(ctx: SqliteContext, options: SweepOptions): Promise<SweepReport> {
+export async function sweepReport(ctx: SqliteRowsContext, options: SweepOptions): Promise<SweepReport> {
   const { retentionMs, batchSize, started, deadline } = sweepSettings(options);
   const cutoff = await cutoffOf(ctx, retentionMs);
   const { timedOut, ...progress } = await sweepBatches(
@@ -48,7 +48,7 @@ export async function sweepReport(ctx: SqliteContext, options: SweepOptions): Pr
 }
 
 /** See `SqliteStore.sweepPlan`. */
-export async function sweepPlan(ctx: SqliteContext, retentionMs: number = DEFAULT_RETENTION_MS): Promise<SweepPlan> {
+export async function sweepPlan(ctx: SqliteRowsContext, retentionMs: number = DEFAULT_RETENTION_MS): Promise<SweepPlan> {
   const cutoff = await cutoffOf(ctx, retentionMs);
   const row = (await ctx.db.rows(ctx.sql.sweepPlan, [cutoff]))[0]!;
   return { cutoff: new Date(cutoff), expired: Number(row.expired), sweepable: Number(row.sweepable), expiredPartitions: [] };

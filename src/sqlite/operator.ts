@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { KeyState } from '../core/constants.js';
 import type { KeyInspection, StoreStats } from '../store/inspection.js';
 import type { Fenced, OperatorWrite } from '../store/types.js';
-import { drawToken, ms, type SqliteContext } from './context.js';
+import { drawToken, ms, type SqliteContext, type SqliteRowsContext } from './context.js';
 import { leaseExpired, phaseResults, retentionExpired } from './rows.js';
 
 /** Thrown inside the write transaction to roll its drawn token back when the write matched nothing. */
@@ -36,7 +36,7 @@ export async function operate(ctx: SqliteContext, write: OperatorWrite): Promise
 const date = (value: unknown): Date | null => (value === null || value === undefined ? null : new Date(Number(value)));
 
 /** See `SqliteStore.inspect`. */
-export async function inspect(ctx: SqliteContext, scope: string, key: string, retentionMs: number): Promise<KeyInspection | undefined> {
+export async function inspect(ctx: SqliteRowsContext, scope: string, key: string, retentionMs: number): Promise<KeyInspection | undefined> {
   const row = (await ctx.db.rows(ctx.sql.inspect, [ms(retentionMs), scope, key]))[0];
   if (!row) return undefined;
   const done = row.state === KeyState.Done && row.response_status !== null;
@@ -71,7 +71,7 @@ export async function inspect(ctx: SqliteContext, scope: string, key: string, re
 }
 
 /** See `SqliteStore.stats`. */
-export async function stats(ctx: SqliteContext, retentionMs: number): Promise<StoreStats> {
+export async function stats(ctx: SqliteRowsContext, retentionMs: number): Promise<StoreStats> {
   const row = (await ctx.db.rows(ctx.sql.stats, [ms(retentionMs), ms(retentionMs)]))[0]!;
   return {
     total: Number(row.total),

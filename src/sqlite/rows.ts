@@ -10,10 +10,11 @@ import { openHeaders } from '../store/stored-form.js';
 import type { KeyRecord, PhaseResults } from '../store/types.js';
 import type { SqliteRow } from './client.js';
 
-/** A BLOB as each driver returns it (Uint8Array, Buffer, or libSQL's ArrayBuffer). */
+/** A BLOB as each driver returns it (Uint8Array, Buffer, libSQL's ArrayBuffer, or D1's array of byte values). */
 export function bytes(value: unknown): Uint8Array {
   if (value instanceof Uint8Array) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
   if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  if (Array.isArray(value)) return Uint8Array.from(value as number[]);
   if (value === null || value === undefined) return new Uint8Array(0);
   if (typeof value === 'string') return new Uint8Array(Buffer.from(value, 'utf8'));
   throw new TypeError('idem/sqlite: expected a BLOB column as bytes');

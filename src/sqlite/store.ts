@@ -3,9 +3,7 @@ import { aesGcmCipher, type ResponseCipher } from '../core/cipher.js';
 import { DEFAULT_RETENTION_MS } from '../core/constants.js';
 import { InvalidOptionError } from '../core/errors.js';
 import type { KeyInspection, StoreStats } from '../store/inspection.js';
-import { KeyChangeHub } from '../store/key-changes.js';
-import { PollingFeed, type PollSettings, pollSettings } from '../store/polling-feed.js';
-import { decodeSnapshot, encodeSnapshot } from '../store/records.js';
+import { pollSettings } from '../store/polling-feed.js';
 import { storedForm } from '../store/stored-form.js';
 import type { SweepOptions, SweepPlan, SweepReport } from '../store/sweep.js';
 import type {
@@ -29,6 +27,7 @@ import { SqliteExecutor, type SqliteRun } from './executor.js';
 import { migrate, sweepPlan, sweepReport, tableMode } from './maintenance.js';
 import { inspect, operate, stats } from './operator.js';
 import type { SqliteStoreOptions } from './options.js';
+import { SqliteKeyWrites } from './key-writes.js';
 import { leaseExpired, phaseResults, readRecord, retentionExpired } from './rows.js';
 import { type SqliteStatements, sqliteStatements } from './sql.js';
 
@@ -68,8 +67,7 @@ export class SqliteStore<C extends SqliteClient = SqliteDatabaseLike> implements
   private readonly db: SqliteExecutor<SqliteTxOf<C>>;
   private readonly cipher: ResponseCipher | undefined;
   private readonly ctx: SqliteContext;
-  private readonly poll: PollSettings;
-  private hub: KeyChangeHub | undefined;
+  private readonly writes: SqliteKeyWrites;
 
   /**
    * @throws {InvalidOptionError} for a client that is none of the supported ones, a bad table
@@ -98,7 +96,7 @@ export class SqliteStore<C extends SqliteClient = SqliteDatabaseLike> implements
     this.ctx = { table: this.table, sql: this.sql, db: this.db as SqliteExecutor<unknown> };
     const poll = pollSettings(options.waitPoll);
     if (!poll) throw new InvalidOptionError('idem/sqlite: waitPoll needs minMs > 0 and maxMs >= minMs (ms)');
-    this.poll = poll;
+    this.writes = new SqliteKeyWrites(this.ctx, this.cipher, poll);
   }
 
   /**
@@ -107,15 +105,7 @@ export class SqliteStore<C extends SqliteClient = SqliteDatabaseLike> implements
    * Resolves once the first read is done; a store whose engine never waits reads nothing.
    */
   subscribe(scope: string, key: string): Promise<KeyChanges> {
-    if (!this.hub) {
-      const feed = new PollingFeed(async (s, k) => {
-        const row = (await this.db.rows(this.sql.pollKey, [s, k]))[0];
-        return row ? `${String(row.lock_version)}|${String(row.state)}|${String(row.released)}|${String(row.locked_until)}` : 'gone';
-      }, this.poll);
-      this.hub = new KeyChangeHub(feed, 0);
-      feed.hub = this.hub;
-    }
-    return this.hub.subscribe(scope, key);
+    return this.writes.subscribe(scope, key);
   }
 
   /**
@@ -225,52 +215,36 @@ export class SqliteStore<C extends SqliteClient = SqliteDatabaseLike> implements
     return (await run(this.sql.finish, values)).length > 0;
   }
 
-  /** A fenced statement on its own: its `RETURNING` row, or undefined when fenced. */
-  private async fenced(sql: string, ref: KeyRef, before: unknown[] = []): Promise<SqliteRow | undefined> {
-    return (await this.db.rows(sql, [...before, ref.scope, ref.key, ref.token]))[0];
+  extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
+    return this.writes.extendLease(ref, leaseMs);
   }
 
-  async extendLease(ref: KeyRef, leaseMs: number): Promise<Fenced> {
-    return (await this.fenced(this.sql.extendLease, ref, [ms(leaseMs)])) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  release(ref: KeyRef): Promise<Fenced<'released'>> {
+    return this.writes.release(ref);
   }
 
-  async release(ref: KeyRef): Promise<Fenced<'released'>> {
-    return (await this.fenced(this.sql.release, ref)) ? { kind: 'ok', value: 'released' } : { kind: 'fenced' };
+  countFailure(ref: KeyRef): Promise<Fenced<number>> {
+    return this.writes.countFailure(ref);
   }
 
-  async countFailure(ref: KeyRef): Promise<Fenced<number>> {
-    const row = await this.fenced(this.sql.countFailure, ref);
-    return row ? { kind: 'ok', value: Number(row.failed_attempts) } : { kind: 'fenced' };
+  discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>> {
+    return this.writes.discard(ref);
   }
 
-  async discard(ref: KeyRef): Promise<Fenced<'deleted' | 'released'>> {
-    if (await this.fenced(this.sql.discard, ref)) return { kind: 'ok', value: 'deleted' };
-    return this.release(ref);
+  get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
+    return this.writes.get(scope, key, retentionMs);
   }
 
-  async get(scope: string, key: string, retentionMs: number): Promise<KeyRecord | undefined> {
-    const row = (await this.db.rows(this.sql.read, [ms(retentionMs), ms(retentionMs), scope, key]))[0];
-    if (!row || retentionExpired(row)) return undefined;
-    return readRecord(this.cipher, row, scope, key);
+  saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
+    return this.writes.saveRequest(ref, request);
   }
 
-  async saveRequest(ref: KeyRef, request: RequestSnapshot): Promise<Fenced> {
-    return (await this.fenced(this.sql.saveRequest, ref, [encodeSnapshot(request)])) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
+  discardAbandoned(ref: KeyRef): Promise<Fenced> {
+    return this.writes.discardAbandoned(ref);
   }
 
-  async discardAbandoned(ref: KeyRef): Promise<Fenced> {
-    return (await this.fenced(this.sql.discardAbandoned, ref)) ? { kind: 'ok', value: undefined } : { kind: 'fenced' };
-  }
-
-  async listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
-    const ret = ms(options.retentionMs);
-    const rows = await this.db.rows(this.sql.listAbandoned, [ret, ret, ms(Math.max(0, options.graceMs)), ret, options.limit]);
-    return rows.map((row) => {
-      const abandoned: AbandonedKey = { record: readRecord(this.cipher, row, String(row.scope), String(row.key)) };
-      const request = row.request === null || row.request === undefined ? undefined : decodeSnapshot(JSON.parse(String(row.request)));
-      if (request) abandoned.request = request;
-      return abandoned;
-    });
+  listAbandoned(options: { limit: number; graceMs: number; retentionMs: number }): Promise<AbandonedKey[]> {
+    return this.writes.listAbandoned(options);
   }
 
   /**

@@ -16,6 +16,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import * as esbuild from 'esbuild';
 import { DurableObjectStore } from '../../src/cloudflare/index.js';
 import type { DurableObjectNamespaceLike } from '../../src/cloudflare/workers-types.js';
+import type { D1DatabaseLike } from '../../src/cloudflare/d1-types.js';
 import type { NoTransaction } from '../../src/redis/no-transaction.js';
 import type { StoreFactory, StoreHarness } from './stores.js';
 import { workerBuild } from '../runtimes/worker-checks.mjs';
@@ -25,9 +26,10 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const MINIFLARE_DIR = process.env.IDEM_MINIFLARE_DIR ?? join(ROOT, '.ci', 'runtimes', 'node_modules', 'miniflare');
 
 /** The slice of Miniflare 4 used here. */
-interface MiniflareLike {
+export interface MiniflareLike {
   dispatchFetch(url: string, init?: RequestInit): Promise<Response>;
   getDurableObjectNamespace(binding: string): Promise<DurableObjectNamespaceLike<unknown>>;
+  getD1Database(binding: string): Promise<D1DatabaseLike>;
   dispose(): Promise<void>;
 }
 interface Backdoors {
@@ -47,11 +49,14 @@ export async function bundleWorker(entry: string): Promise<string> {
   return out.outputFiles[0]!.text;
 }
 
-/** Miniflare from the runtime matrix, running `script` with `durableObjects`. */
-export async function startMiniflare(script: string, durableObjects: Record<string, unknown>): Promise<MiniflareLike> {
+/**
+ * Miniflare from the runtime matrix, running `script` with `durableObjects`; `more` adds options
+ * (`d1Databases`, `d1Persist`, `durableObjectsPersist`).
+ */
+export async function startMiniflare(script: string, durableObjects: Record<string, unknown>, more: Record<string, unknown> = {}): Promise<MiniflareLike> {
   const require = createRequire(join(MINIFLARE_DIR, 'package.json'));
   const { Miniflare } = (await import(pathToFileURL(require.resolve(MINIFLARE_DIR)).href)) as { Miniflare: new (o: unknown) => MiniflareLike };
-  return new Miniflare({ modules: true, script, compatibilityDate: '2026-07-30', compatibilityFlags: ['nodejs_compat'], durableObjects });
+  return new Miniflare({ modules: true, script, compatibilityDate: '2026-07-30', compatibilityFlags: ['nodejs_compat'], durableObjects, ...more });
 }
 
 function durableObjectFactory(name: string, useSQLite: boolean): StoreFactory {

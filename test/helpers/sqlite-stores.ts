@@ -130,7 +130,6 @@ export function sqliteFactory(clientName: string, contractOnly: boolean): StoreF
           const store = new SqliteStore({ client: under.client, table });
           await store.migrate();
           await q(`CREATE TABLE "${side}" (id INTEGER PRIMARY KEY AUTOINCREMENT, note TEXT NOT NULL)`);
-          const where = 'WHERE scope = ? AND key = ?';
           const harness: StoreHarness<unknown> = {
             store: store as never,
             sweep: (o) => store.sweep(o),
@@ -139,34 +138,10 @@ export function sqliteFactory(clientName: string, contractOnly: boolean): StoreF
               return { note };
             },
             effects: async () => (await q(`SELECT note FROM "${side}" ORDER BY id`)).map((r) => String(r.note)),
-            async age(scope, key, ms) {
-              await q(`UPDATE "${table}" SET created_at = created_at - ?, locked_until = locked_until - ? ${where}`, [ms, ms, scope, key]);
-            },
-            async setLease(scope, key, ms) {
-              await q(`UPDATE "${table}" SET locked_until = ${NOW} + ? ${where}`, [ms, scope, key]);
-            },
-            async tokenOf(scope, key) {
-              const row = (await q(`SELECT lock_version FROM "${table}" ${where}`, [scope, key]))[0];
-              return row ? Number(row.lock_version) : undefined;
-            },
-            snapshot: async (scope, key) => {
-              const row = (await q(`SELECT * FROM "${table}" ${where}`, [scope, key]))[0];
-              return row ? JSON.parse(JSON.stringify({ ...row }, blobText)) : undefined;
-            },
-            count: async () => Number((await q(`SELECT COUNT(*) AS n FROM "${table}"`))[0]!.n),
+            ...sqliteBackdoors(q, table, blobText),
             async staleInTx(tx, scope, key) {
-              await under.inTx(tx, `UPDATE "${table}" SET lock_version = lock_version + 1 ${where}`, [scope, key]);
+              await under.inTx(tx, `UPDATE "${table}" SET lock_version = lock_version + 1 WHERE scope = ? AND key = ?`, [scope, key]);
             },
-            dump: async () => (await q(`SELECT * FROM "${table}"`)).map((row) => JSON.stringify({ ...row }, blobText)).join('\n'),
-            rows: async () =>
-              (
-                await q(
-                  `SELECT scope, key, state, recovery_point, CAST(lock_version AS TEXT) AS lock_version, lower(hex(fingerprint)) AS fingerprint,
-                     response_status, CASE WHEN response_body IS NULL THEN NULL ELSE lower(hex(response_body)) END AS response_body, response_headers,
-                     (locked_until IS NOT NULL AND locked_until > ${NOW}) AS locked
-                   FROM "${table}" ORDER BY scope, key`,
-                )
-              ).map(toKeyRow),
             async sweepKey(scope, key) {
               await harness.age(scope, key, 60 * 60_000);
               await harness.setLease(scope, key, -1000);
@@ -181,6 +156,45 @@ export function sqliteFactory(clientName: string, contractOnly: boolean): StoreF
         },
       };
     },
+  };
+}
+
+/**
+ * The backdoors of a harness on a SQLite-dialect key table (SqliteStore's, D1Store's): SQL through
+ * `q`, bytes as `blobText` makes them text.
+ */
+export function sqliteBackdoors(
+  q: (sql: string, params?: unknown[]) => Promise<Row[]>,
+  table: string,
+  blobText: (key: string, value: unknown) => unknown,
+): Pick<StoreHarness, 'age' | 'setLease' | 'tokenOf' | 'snapshot' | 'count' | 'dump' | 'rows'> {
+  const where = 'WHERE scope = ? AND key = ?';
+  return {
+    async age(scope, key, ms) {
+      await q(`UPDATE "${table}" SET created_at = created_at - ?, locked_until = locked_until - ? ${where}`, [ms, ms, scope, key]);
+    },
+    async setLease(scope, key, ms) {
+      await q(`UPDATE "${table}" SET locked_until = ${NOW} + ? ${where}`, [ms, scope, key]);
+    },
+    async tokenOf(scope, key) {
+      const row = (await q(`SELECT lock_version FROM "${table}" ${where}`, [scope, key]))[0];
+      return row ? Number(row.lock_version) : undefined;
+    },
+    snapshot: async (scope, key) => {
+      const row = (await q(`SELECT * FROM "${table}" ${where}`, [scope, key]))[0];
+      return row ? JSON.parse(JSON.stringify({ ...row }, blobText)) : undefined;
+    },
+    count: async () => Number((await q(`SELECT COUNT(*) AS n FROM "${table}"`))[0]!.n),
+    dump: async () => (await q(`SELECT * FROM "${table}"`)).map((row) => JSON.stringify({ ...row }, blobText)).join('\n'),
+    rows: async () =>
+      (
+        await q(
+          `SELECT scope, key, state, recovery_point, CAST(lock_version AS TEXT) AS lock_version, lower(hex(fingerprint)) AS fingerprint,
+             response_status, CASE WHEN response_body IS NULL THEN NULL ELSE lower(hex(response_body)) END AS response_body, response_headers,
+             (locked_until IS NOT NULL AND locked_until > ${NOW}) AS locked
+           FROM "${table}" ORDER BY scope, key`,
+        )
+      ).map(toKeyRow),
   };
 }
 

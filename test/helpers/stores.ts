@@ -26,6 +26,7 @@ import { drizzleFactories } from './drizzle-stores.js';
 import { mysqlFactories } from './mysql-stores.js';
 import { sqliteFactories } from './sqlite-stores.js';
 import { durableObjectFactories } from './durable-object-stores.js';
+import { d1Factories } from './d1-stores.js';
 
 /** What a store can do beyond the six methods; the contract runs the matching tests only. */
 export interface StoreCapabilities {
@@ -460,6 +461,7 @@ export const storeFactories: StoreFactory[] = [
   ...sqliteFactories(),
   // DurableObjectStore in Miniflare (workerd), in the full tier: test/helpers/durable-object-stores.ts.
   ...durableObjectFactories(),
+  ...d1Factories(),
 ].filter((factory) => process.env.IDEM_TEST_TIER !== 'fast' || factory.capabilities.virtualTime);
 
 /** The stores the engine and HTTP adapter suites run over: {@link storeFactories} but the contract-only ones. */

@@ -3,9 +3,10 @@
  * a user's build would, run by Miniflare (workerd itself, `nodejs_compat`), and driven through
  * Miniflare's dispatchFetch (worker-checks.mjs): the first 201, a byte-identical replay marked
  * `Idempotent-Replayed`, 422 for the same key with another body, one run for 32 concurrent
- * duplicates. Two Workers:
+ * duplicates. Three Workers:
  * examples/workers/worker.ts on the memory store, examples/workers/durable-object.ts on the
- * Durable Objects store (`idem/cloudflare`, its `IdemKeyObject` SQLite-backed).
+ * Durable Objects store (`idem/cloudflare`, its `IdemKeyObject` SQLite-backed), and
+ * examples/workers/d1.ts on the D1 store (`D1Store`, a Miniflare D1 database).
  * Usage: node workerd.mjs <the miniflare package directory> <the esbuild package directory>
  */
 import { createRequire } from 'node:module';
@@ -28,6 +29,7 @@ const workers = [
     effects: '/charges/count',
     durableObjects: { IDEM: { className: 'IdemKeyObject', useSQLite: true } },
   },
+  { name: 'D1 store', entry: 'd1.ts', path: '/charges', effects: '/charges/count', d1Databases: ['DB'] },
 ];
 let failed = false;
 for (const worker of workers) {
@@ -37,6 +39,7 @@ for (const worker of workers) {
     compatibilityDate: '2026-07-30',
     compatibilityFlags: ['nodejs_compat'],
     ...(worker.durableObjects && { durableObjects: worker.durableObjects }),
+    ...(worker.d1Databases && { d1Databases: worker.d1Databases }),
   });
   try {
     await checkWorker(mf, worker.path, worker.effects);
