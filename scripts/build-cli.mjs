@@ -20,7 +20,8 @@ const result = await build({
   platform: 'node',
   format: 'esm',
   target: 'node20',
-  external: ['pg', '@electric-sql/pglite', '@opentelemetry/api', 'mysql2', 'mysql2/promise'],
+  // The Redis clients (`--store redis://`) are optional peers like the drivers: never bundled.
+  external: ['pg', '@electric-sql/pglite', '@opentelemetry/api', 'mysql2', 'mysql2/promise', '@redis/client', 'ioredis', '@valkey/valkey-glide'],
   // CommonJS dependencies call require() for Node built-ins; an ESM bundle needs one.
   banner: { js: "import { createRequire as __idemCreateRequire } from 'node:module';\nconst require = __idemCreateRequire(import.meta.url);" },
   legalComments: 'eof',

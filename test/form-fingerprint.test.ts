@@ -5,7 +5,8 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ErrorCode, MalformedBodyError } from '../src/core/errors.js';
+import { ErrorCode } from '../src/core/errors.js';
+import { MalformedBodyError } from '../src/core/multipart.js';
 import { fingerprint, sameFingerprint } from '../src/core/fingerprint.js';
 import { parseMultipart } from '../src/core/multipart.js';
 import { HttpIdempotency } from '../src/http/idempotency.js';

@@ -101,18 +101,6 @@ export class InvalidOptionError extends IdempotencyError {
 }
 
 /**
- * A request body that says it is `multipart/form-data` does not parse as one (no boundary, no
- * closing delimiter, a part without `Content-Disposition: form-data; name=…`): it has no
- * canonical fingerprint (protocol.md H42). Thrown before anything is claimed; over HTTP it is
- * the 400 problem `request-body-malformed`.
- */
-export class MalformedBodyError extends IdempotencyError {
-  constructor(message: string) {
-    super(ErrorCode.MalformedBody, message);
-  }
-}
-
-/**
  * A fenced write matched no row: another worker took the key over (its `lock_version` is
  * newer) or the key was removed. The write was rolled back together with the phase's local
  * effects; stop working on this key (protocol.md K8).

@@ -11,5 +11,6 @@ export { dataKey, DATA_KEY_PREFIX } from './data-key.js';
 export { fingerprint, isJsonMediaType, mediaType, sameFingerprint, type FingerprintInput } from './fingerprint.js';
 export { decide, type Decision, type ExistingKey } from './decide.js';
 export { deriveKey } from './derived-key.js';
+export { MalformedBodyError } from './multipart.js';
 export { isSafeNewKey, OPERATION_STATE_HEADER, OperationState, parseOperationState } from './next-step.js';
 export { aesGcmCipher, responseAad, type EncryptionOptions, type ResponseCipher } from './cipher.js';

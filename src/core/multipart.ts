@@ -5,7 +5,19 @@
  * raw bytes of two posts of the same form never match; their parts do.
  */
 import { createHash } from 'node:crypto';
-import { MalformedBodyError } from './errors.js';
+import { ErrorCode, IdempotencyError } from './errors.js';
+
+/**
+ * A request body that says it is `multipart/form-data` does not parse as one (no boundary, no
+ * closing delimiter, a part without `Content-Disposition: form-data; name=…`): it has no
+ * canonical fingerprint (protocol.md H42). Thrown before anything is claimed; over HTTP it is
+ * the 400 problem `request-body-malformed`.
+ */
+export class MalformedBodyError extends IdempotencyError {
+  constructor(message: string) {
+    super(ErrorCode.MalformedBody, message);
+  }
+}
 
 /** One part of a form, as the canonical form sees it. */
 export interface FormPart {

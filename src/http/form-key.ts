@@ -3,7 +3,8 @@
  * `<input>` (protocol.md H42): urlencoded or multipart, the same key on a reload and on a second
  * submit of the same page, with or without the browser's own `Idempotency-Key`.
  */
-import { InvalidKeyError, MalformedBodyError } from '../core/errors.js';
+import { InvalidKeyError } from '../core/errors.js';
+import { MalformedBodyError } from '../core/multipart.js';
 import { mediaType } from '../core/fingerprint.js';
 import { parseMultipart } from '../core/multipart.js';
 import type { HttpRequestInput } from './options.js';

@@ -1,5 +1,6 @@
 import { DEFAULT_METHODS, DEFAULT_REPLAY_HEADERS } from '../core/constants.js';
-import { InvalidOptionError, LeaseLostError, MalformedBodyError, StoreUnavailableError } from '../core/errors.js';
+import { InvalidOptionError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
+import { MalformedBodyError } from '../core/multipart.js';
 import { type BeginResult, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
 import { hasCompletion } from '../store/capabilities.js';
