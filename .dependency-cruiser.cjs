@@ -96,8 +96,15 @@ module.exports = {
       name: 'surfaces-do-not-import-each-other',
       severity: 'error',
       comment: 'One surface does not build on another: share through src/http or src/consumer.',
-      from: { path: `^src/(${SURFACES.filter((s) => !FUNCTION_SURFACES.includes(s)).join('|')})/` },
+      from: { path: `^src/(${SURFACES.filter((s) => !FUNCTION_SURFACES.includes(s)).join('|')})/`, pathNot: '^src/lambda/durable\\.ts$' },
       to: { path: dirs(SURFACES), pathNot: '^src/$1/' },
+    },
+    {
+      name: 'lambda-durable-builds-on-function-only',
+      severity: 'error',
+      comment: 'Durable functions (protocol.md K54) are idempotent functions held across replays: src/lambda/durable.ts imports src/function and no other surface.',
+      from: { path: '^src/lambda/durable\\.ts$' },
+      to: { path: dirs(SURFACES), pathNot: ['^src/lambda/', '^src/function/'] },
     },
     {
       name: 'function-surfaces-build-on-function-only',

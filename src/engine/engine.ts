@@ -1,4 +1,4 @@
-import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS, MAX_SCOPE_LENGTH } from '../core/constants.js';
+import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS, KeyState, MAX_SCOPE_LENGTH } from '../core/constants.js';
 import { decide } from '../core/decide.js';
 import { IdempotencyError, InvalidOptionError, InvalidScopeError, StoreUnavailableError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
@@ -305,6 +305,40 @@ export class IdempotencyEngine<Tx = unknown> {
     } catch (error) {
       req?.end(undefined, error);
       throw error;
+    }
+  }
+
+  /**
+   * Resumes a claim this caller holds already (protocol.md K54): a Lambda durable execution,
+   * replayed from its start after a wait or a crash, re-enters under the token and claim id it
+   * checkpointed when it claimed. The key must still be `started` under exactly that token and
+   * claim id, with the same fingerprint; the lease is then extended to `leaseMs` (fenced by the
+   * token), and the execution continues after the last committed phase, with the same derived
+   * keys. It is never a first attempt (H41: `maybe-applied`).
+   *
+   * @returns the execution, or `undefined` when the key is no longer held under `ref` (taken
+   *   over, finished, released, gone): decide it as any request does ({@link begin}).
+   * @throws {StoreUnavailableError} the store could not be read or written; nothing changed.
+   */
+  async resume(
+    ref: { scope: string; key: string; token: number; claimId: string },
+    requestFingerprint: Uint8Array,
+    leaseMs?: number,
+  ): Promise<Execution<Tx> | undefined> {
+    const lease = this.callLease(leaseMs);
+    try {
+      const record = await this.store.get(ref.scope, ref.key, this.retentionMs);
+      if (record === undefined || record.state !== KeyState.Started || record.token !== ref.token || record.claimId !== ref.claimId) return undefined;
+      if (!sameFingerprint(record.fingerprint, requestFingerprint)) return undefined;
+      const extended = await this.store.extendLease({ scope: ref.scope, key: ref.key, token: ref.token }, lease.leaseMs);
+      if (extended.kind === 'fenced') return undefined;
+      const ends = new Date(record.createdAt.getTime() + this.retentionMs);
+      // failedAttempts 0, not undefined: a resumed attempt is not the claim's first (H41).
+      return this.execution(ref.scope, ref.key, ref.token, ref.claimId, record.recoveryPoint, record.phaseResults, undefined, undefined, 0, lease, ends);
+    } catch (error) {
+      if (error instanceof StoreUnavailableError || (error instanceof IdempotencyError && !error.retryable)) throw error;
+      this.emit('store-unavailable', ref.scope, ref.key);
+      throw new StoreUnavailableError('The idempotency store is unavailable', { cause: error });
     }
   }
 

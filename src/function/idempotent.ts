@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { ErrorCode, IdempotencyError, InvalidOptionError, LeaseLostError, UnencodableResultError } from '../core/errors.js';
+import { ErrorCode, IdempotencyError, InvalidOptionError, UnencodableResultError } from '../core/errors.js';
 import { Attempt, type AttemptPolicy, runAttempt } from '../engine/attempt.js';
 import { dataKey } from '../core/data-key.js';
 import { fingerprint } from '../core/fingerprint.js';
@@ -8,7 +8,7 @@ import { type EngineOptions, IdempotencyEngine } from '../engine/engine.js';
 import type { Execution } from '../engine/execution.js';
 import type { StoredResponse } from '../store/types.js';
 import { FAILURE_STATUS, failureRecord, jsonCodec, readFailure, type ResultCodec, resultRecord } from './codec.js';
-import { FunctionContext } from './context.js';
+import { attemptValue, FunctionContext } from './context.js';
 import { KeyInProgressError, KeyMismatchError, StoredFailureError } from './errors.js';
 
 /** Options of {@link idempotent}: an engine (or a store and the engine's options) and the function's own. */
@@ -180,20 +180,7 @@ export function idempotent<A extends unknown[], R, Tx = unknown>(
         });
       }
     });
-    switch (end.kind) {
-      case 'done':
-        return ctx.completed ? ctx.completed.value : codec.decode(end.response.body);
-      case 'failed':
-      case 'store-unavailable':
-        throw end.error;
-      case 'failed-permanently':
-        // The stored failure, as every later call gets it; this attempt's own error is its cause.
-        throw new StoredFailureError(readFailure(end.response!), end.error === undefined ? undefined : { cause: end.error });
-      case 'lease-lost':
-        throw end.error instanceof LeaseLostError ? end.error : new LeaseLostError();
-      case 'released':
-        throw new InvalidOptionError('idem: the function ended its execution itself; nothing was stored');
-    }
+    return attemptValue(end, ctx, codec);
   }
 
   const call = (...args: A) => outcome({}, ...args).then((o) => o.value);

@@ -212,6 +212,7 @@ export { HttpIdempotency, type IdempotencyOptions } from '../http/idempotency.js
 export type { IdempotencyContext } from '../http/context.js';
 export { batchIdempotency, type BatchHandler, type BatchOptions, dynamoDbBatch, kinesisBatch, type RecordHandler, sqsBatch } from './batch.js';
 export type * from './batch-events.js';
+export { type DurableContextLike, type DurableIdempotencyOptions, type DurableIdempotentHandler, withDurableIdempotency } from './durable.js';
 export { InvalidEventError } from './batch-events.js';
 export type { MessageContext } from '../consumer/context.js';
 export type { Disposition } from '../consumer/types.js';
