@@ -12,7 +12,9 @@ export async function chargeOnce(apiUrl: string, apiKey: string) {
     headers: () => ({ authorization: `Bearer ${apiKey}` }), // sent on every attempt, never persisted
     serverRetentionMs: 24 * 3600_000, // the server's retention; the horizon must stay below it
     onRetry: (e) => console.warn('retry', e),
-    onGiveUp: (e) => console.error('gave up', e),
+    // The server's next-step signal (Idem-Operation-State): a new key only where no effect can exist.
+    newKeyWhenSafe: true,
+    onGiveUp: (e) => console.error('gave up', e.reason, 'operation state:', e.operationState ?? 'unknown'),
   });
   await client.resumePending(); // at start-up: finish what a crash interrupted
 
@@ -21,5 +23,7 @@ export async function chargeOnce(apiUrl: string, apiKey: string) {
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ amount: 1999, currency: 'usd', customer: 'cus_alice' }),
   });
-  return { status: res.status, replayed: res.replayed, key: res.idempotencyKey, attempts: res.attempts }; // a fetch Response, plus these
+  // `maybe-applied` or `applied-result-unavailable`: never resend under a new key; check the charge first.
+  if (!res.ok && !res.safeNewKey) console.warn('charge', res.idempotencyKey, 'may have been applied:', res.operationState);
+  return { status: res.status, replayed: res.replayed, key: res.idempotencyKey, attempts: res.attempts, operationState: res.operationState }; // a fetch Response, plus these
 }
