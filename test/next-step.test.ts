@@ -6,7 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { IdempotencyOptions } from '../src/http/idempotency.js';
+import { HttpIdempotency, type IdempotencyOptions } from '../src/http/idempotency.js';
+import { InvalidOptionError } from '../src/core/errors.js';
+import { MemoryStore } from '../src/memory/index.js';
 import type { Queryable } from '../src/postgres/client.js';
 import { type AdapterHarness, hono, type Route, webCore } from './helpers/adapter-harness.js';
 import { engines, freshStore, useEngine } from './helpers/engines.js';
@@ -74,6 +76,31 @@ for (const engine of engines) {
       assert.deepEqual(await problemSignal(await send('busy-1'), 409, 'request-in-progress'), maybeApplied);
       gate.resolve();
       assert.equal((await first).status, 201);
+    });
+
+    it('inProgressStatus: 423: the same in-progress problem under 423 Locked, for suites that expect it (protocol.md H13)', async () => {
+      const gate = deferred();
+      const entered = deferred();
+      const send = await serve(
+        async () => {
+          entered.resolve();
+          await gate.promise;
+          return { status: 201, body: 'ok' };
+        },
+        { inProgressStatus: 423 },
+      );
+      const first = send('busy-423');
+      await entered.promise;
+      const busy = await send('busy-423');
+      assert.ok(busy.headers.get('retry-after'), 'Retry-After as with 409');
+      assert.deepEqual(await problemSignal(busy, 423, 'request-in-progress'), maybeApplied);
+      gate.resolve();
+      assert.equal((await first).status, 201);
+      assert.equal((await send('busy-423')).headers.get('idempotent-replayed'), 'true');
+      assert.throws(
+        () => new HttpIdempotency({ store: new MemoryStore(), inProgressStatus: 410 as never }),
+        (e: unknown) => e instanceof InvalidOptionError && /inProgressStatus must be 409 or 423/.test(e.message),
+      );
     });
 
     it('a first attempt that throws before any phase or derived key: not applied; after a phase, a derived key or a takeover: maybe applied', async () => {

@@ -105,6 +105,9 @@ export class HttpIdempotency<Tx = unknown> {
     if (![undefined, 400, 409, 422].includes(options.mismatchStatus)) {
       throw new InvalidOptionError('idem: mismatchStatus must be 400, 409 or 422');
     }
+    if (![undefined, 409, 423].includes(options.inProgressStatus)) {
+      throw new InvalidOptionError('idem: inProgressStatus must be 409 or 423');
+    }
   }
 
   /** True when requests with this method are protected. */
@@ -176,9 +179,14 @@ export class HttpIdempotency<Tx = unknown> {
         // Suggest a short wait (most work finishes well inside its lease), never past the lease.
         const leaseLeftS = Math.max(1, Math.ceil(begun.retryAfterMs / 1000));
         const seconds = Math.min(this.options.retryAfterS ?? 1, leaseLeftS);
-        return this.problem(ProblemKind.InProgress, 409, 'A request with this idempotency key is still being processed. Retry later with the same key.', {
-          'retry-after': String(seconds),
-        });
+        return this.problem(
+          ProblemKind.InProgress,
+          this.options.inProgressStatus ?? 409,
+          'A request with this idempotency key is still being processed. Retry later with the same key.',
+          {
+            'retry-after': String(seconds),
+          },
+        );
       }
       case 'execute': {
         const ended = await this.attempts.start(begun.execution);

@@ -102,6 +102,13 @@ export interface IdempotencyOptions<Tx = unknown> extends Omit<EngineOptions<Tx>
    */
   mismatchStatus?: 400 | 409 | 422;
   /**
+   * Status for a key whose first request still runs (and, in wait mode, for a wait that ran
+   * out): 409 (the IETF draft) or 423 Locked (what the idemkit vectors expect). The problem,
+   * its `Retry-After` and its next step are the same (protocol.md H13).
+   * @default 409
+   */
+  inProgressStatus?: 409 | 423;
+  /**
    * A handler that throws: `release` ends the lease and keeps the recovery point, the client
    * gets a 500 problem and its retry resumes (protocol.md H10); `store` stores that 500 and
    * replays it (Stripe).

@@ -25,6 +25,8 @@ export interface OpenApiOptions {
   headerName?: string;
   /** As the HTTP option `mismatchStatus` (H11). @default 422 */
   mismatchStatus?: 400 | 409 | 422;
+  /** As the HTTP option `inProgressStatus` (H13). @default 409 */
+  inProgressStatus?: 409 | 423;
   /** As the HTTP option `expiresHeader` (H40): list the expiry header on answers with a stored response. @default false */
   expiresHeader?: boolean | string;
   /** As `problems.stripe`: the problem schemas carry Stripe's `error` member. @default false */
@@ -224,7 +226,13 @@ function problems(options: OpenApiOptions) {
       (problem.kind !== ProblemKind.WebhookRefused || options.webhooks) &&
       (problem.kind !== ProblemKind.RequestTooLarge || options.webhooks || options.maxBodyBytes),
   );
-  return answered.map((problem) => (problem.kind === ProblemKind.KeyReused ? { ...problem, status: options.mismatchStatus ?? 422 } : problem));
+  return answered.map((problem) =>
+    problem.kind === ProblemKind.KeyReused
+      ? { ...problem, status: options.mismatchStatus ?? 422 }
+      : problem.kind === ProblemKind.InProgress
+        ? { ...problem, status: options.inProgressStatus ?? 409 }
+        : problem,
+  );
 }
 
 function byStatus<T extends { status: number }>(items: T[]): Map<number, T[]> {
