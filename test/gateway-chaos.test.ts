@@ -16,11 +16,11 @@ describe('gateway crash drill (short run)', { skip: needs('DATABASE_URL') }, () 
     const result = await runGatewayChaos({
       ...GATEWAY_DEFAULTS,
       databaseUrl: serviceUrl('DATABASE_URL')!,
-      intents: 80,
+      intents: 150,
       concurrency: 8,
       // Denser faults than the long run, so a short run meets each of them.
       killEveryMs: 1200,
-      pauseEveryMs: 3000,
+      pauseEveryMs: 4000,
       cutEveryMs: 400,
       horizonMs: 120_000,
     });

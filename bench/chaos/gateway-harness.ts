@@ -257,12 +257,14 @@ export async function runGatewayChaos(o: GatewayChaosOptions): Promise<GatewayCh
     const live = () => slots.filter((s) => s.port !== undefined && s.child && !s.paused);
     const pick = <T>(xs: T[]): T | undefined => xs[Math.floor(Math.random() * xs.length)];
     const timers: Array<ReturnType<typeof setTimeout>> = [];
-    const every = (ms: number, fn: () => void) => {
+    // `fn` returns false when it found no gateway to hit (one is restarting or frozen): then it
+    // tries again shortly instead of a whole period later, so a short run meets every fault.
+    const every = (ms: number, fn: () => boolean) => {
       if (!(ms > 0)) return;
       const tick = () => {
         if (stopping) return;
-        fn();
-        timers.push(setTimeout(tick, ms * (0.5 + Math.random())));
+        const hit = fn();
+        timers.push(setTimeout(tick, hit ? ms * (0.5 + Math.random()) : 200));
       };
       timers.push(setTimeout(tick, ms * Math.random()));
     };
@@ -270,13 +272,14 @@ export async function runGatewayChaos(o: GatewayChaosOptions): Promise<GatewayCh
     // Never the last live gateway: crashes under load, not an outage.
     every(o.killEveryMs, () => {
       const slot = injecting && live().length > 1 ? pick(live()) : undefined;
-      if (!slot) return;
+      if (!slot) return false;
       slot.killedByInjector = true;
       slot.child!.kill('SIGKILL');
+      return true;
     });
     every(o.pauseEveryMs, () => {
       const slot = injecting && live().length > 1 ? pick(live()) : undefined;
-      if (!slot) return;
+      if (!slot) return false;
       const child = slot.child!;
       slot.paused = true;
       counts.freezes++;
@@ -289,13 +292,15 @@ export async function runGatewayChaos(o: GatewayChaosOptions): Promise<GatewayCh
           }
         }, o.pauseMs),
       );
+      return true;
     });
     every(o.cutEveryMs, () => {
-      if (!injecting) return;
+      if (!injecting) return true;
       const cut = proxy.cut();
-      if (cut === 'none') return;
+      if (cut === 'none') return false;
       counts.cuts++;
       if (cut === 'mid-transaction') counts.cutsMidTx++;
+      return true;
     });
 
     const url = `http://127.0.0.1:${front.port}/v1/charges`;
