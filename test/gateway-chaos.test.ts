@@ -16,7 +16,8 @@ describe('gateway crash drill (short run)', { skip: needs('DATABASE_URL') }, () 
     const result = await runGatewayChaos({
       ...GATEWAY_DEFAULTS,
       databaseUrl: serviceUrl('DATABASE_URL')!,
-      intents: 150,
+      intents: 120,
+      slowMs: 7000,
       concurrency: 8,
       // Denser faults than the long run, so a short run meets each of them.
       killEveryMs: 1200,

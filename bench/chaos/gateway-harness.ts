@@ -47,6 +47,18 @@ export interface GatewayChaosOptions {
   leaseMs: number;
   /** The upstream's work per request (X-Delay-Ms), up to this many ms, random per intent. */
   upstreamDelayMs: number;
+  /**
+   * Fraction of intents whose upstream work is longer than the lease (`slowMs`): the gateway's
+   * heartbeat holds the key while it works, and a kill or freeze of that gateway meanwhile lets a
+   * takeover reach the upstream while the first attempt still runs there, whose late write the
+   * upstream's fence then refuses.
+   */
+  slowRate: number;
+  /**
+   * The slow intents' upstream work, ms: a few leases long, so a takeover after a kill early in
+   * it arrives while the first attempt still works (the client's attempt timeout grows by as much).
+   */
+  slowMs: number;
   /** A random gateway is SIGKILLed about this often, ms (0: never). */
   killEveryMs: number;
   /** A random gateway is SIGSTOPped for `pauseMs` about this often, ms (0: never). */
@@ -69,6 +81,8 @@ export const GATEWAY_DEFAULTS: Omit<GatewayChaosOptions, 'databaseUrl'> = {
   duplicateRate: 0.25,
   leaseMs: 3000,
   upstreamDelayMs: 60,
+  slowRate: 0.05,
+  slowMs: 9000,
   killEveryMs: 2000,
   pauseEveryMs: 8000,
   pauseMs: 4500,
@@ -92,7 +106,7 @@ export interface GatewayChaosResult {
   upstreamAttempts: number;
   /** Keys the upstream saw with more than one fencing token: taken over by a later attempt. */
   takenOver: number;
-  /** Upstream requests whose token was below one already seen for the key: refused by the upstream's fence. */
+  /** Upstream requests whose token is below the token of the key's effect: refused by the upstream's fence (on arrival or at the write). */
   staleFenced: number;
   /** Keys with more than one effect row in the upstream's ledger. */
   doubleEffects: number;
@@ -316,16 +330,18 @@ export async function runGatewayChaos(o: GatewayChaosOptions): Promise<GatewayCh
     const client = async () => {
       for (let i = nextIntent++; i < o.intents; i = nextIntent++) {
         const key = `gwchaos-${randomUUID()}`;
+        const slow = Math.random() < o.slowRate;
         const headers = {
           authorization: `Bearer sk_chaos_${i % 4}`,
           'idempotency-key': key,
           'content-type': 'application/json',
-          'x-delay-ms': String(Math.floor(Math.random() * o.upstreamDelayMs)),
+          'x-delay-ms': String(slow ? o.slowMs : Math.floor(Math.random() * o.upstreamDelayMs)),
         };
         const body = new TextEncoder().encode(JSON.stringify({ amount: 100 + i, currency: 'usd' }));
         const copies = Math.random() < o.duplicateRate ? 2 : 1;
         if (copies === 2) duplicateSends++;
-        const send = () => sendWithRetries({ url, headers, body, attemptTimeoutMs: o.attemptTimeoutMs, horizonMs: o.horizonMs });
+        const attemptTimeoutMs = o.attemptTimeoutMs + (slow ? o.slowMs : 0);
+        const send = () => sendWithRetries({ url, headers, body, attemptTimeoutMs, horizonMs: o.horizonMs });
         const intent: Intent = { key, sends: await Promise.all(Array.from({ length: copies }, send)) };
         if (intent.sends.every((s) => s.final)) intent.replay = await send();
         intents.push(intent);
@@ -354,14 +370,11 @@ export async function runGatewayChaos(o: GatewayChaosOptions): Promise<GatewayCh
     let upstreamAttempts = 0;
     let takenOver = 0;
     let staleFenced = 0;
-    for (const tokens of tokensByKey.values()) {
+    for (const [key, tokens] of tokensByKey) {
       upstreamAttempts += tokens.length;
       if (new Set(tokens).size > 1) takenOver++;
-      let max = -Infinity;
-      for (const t of tokens) {
-        if (t < max) staleFenced++;
-        max = Math.max(max, t);
-      }
+      const applied = effectsByKey.get(key)?.[0]?.token;
+      if (applied !== undefined) staleFenced += tokens.filter((t) => t < applied).length;
     }
     let doubleEffects = 0;
     let unanswered = 0;

@@ -61,7 +61,7 @@ export function gatewayTable(r: GatewayChaosResult): string {
     ['gateways frozen past their lease (SIGSTOP)', String(r.freezes)],
     ['PostgreSQL connections cut', `${r.connectionsCut.total} (${r.connectionsCut.midTransaction} mid-transaction)`],
     ['keys taken over (the upstream saw a higher token)', String(r.takenOver)],
-    ["stale attempts refused by the upstream's fence", String(r.staleFenced)],
+    ["upstream attempts refused by its fence (a lower token than the effect's)", String(r.staleFenced)],
     ["double effects (keys with > 1 row in the upstream's ledger)", String(r.doubleEffects)],
     ['lost (acknowledged without its effect)', String(r.lost)],
     ['intents without a final answer', String(r.unanswered)],
@@ -78,7 +78,7 @@ export function gatewayTable(r: GatewayChaosResult): string {
 export function gatewaySettingsLine(o: Omit<GatewayChaosOptions, 'databaseUrl' | 'log'>): string {
   return (
     `${o.gateways} gateways, ${o.intents} intents, ${o.concurrency} in flight, ${Math.round(o.duplicateRate * 100)}% sent twice at once, ` +
-    `lease ${o.leaseMs} ms, upstream work 0-${o.upstreamDelayMs} ms, a random SIGKILL every ~${o.killEveryMs} ms, ` +
+    `lease ${o.leaseMs} ms, upstream work 0-${o.upstreamDelayMs} ms (${Math.round(o.slowRate * 100)}% of intents ${o.slowMs} ms), a random SIGKILL every ~${o.killEveryMs} ms, ` +
     `a SIGSTOP of ${o.pauseMs} ms every ~${o.pauseEveryMs} ms, a connection cut every ~${o.cutEveryMs} ms`
   );
 }
