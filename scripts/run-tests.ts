@@ -26,6 +26,7 @@ const LONGEST = [
   'test/adapters.test.ts',
   'test/redis-connection-faults.test.ts',
   'test/chaos.test.ts',
+  'test/gateway-chaos.test.ts',
   'test/adapters-next.test.ts',
   'test/payments-crash.test.ts',
   'test/wall-clock.test.ts',

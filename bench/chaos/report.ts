@@ -1,4 +1,5 @@
 /** The figures of a chaos run as a table: printed, and written into docs/reliability.md. */
+import type { GatewayChaosOptions, GatewayChaosResult } from './gateway-harness.js';
 import type { ChaosOptions, ChaosResult } from './harness.js';
 
 /** One markdown table, idem and naive side by side. */
@@ -37,7 +38,7 @@ export function figuresTable(idem: ChaosResult, naive: ChaosResult | undefined):
 }
 
 /** The violations of each run, as lines. */
-export function violationLines(results: ChaosResult[]): string[] {
+export function violationLines(results: Array<Pick<ChaosResult, 'violations'> & { mode: string }>): string[] {
   return results.flatMap((r) => r.violations.map((v) => `${r.mode}: ${v}`));
 }
 
@@ -48,5 +49,36 @@ export function settingsLine(o: Omit<ChaosOptions, 'databaseUrl' | 'mode' | 'log
     `lease ${o.leaseMs} ms, a random SIGKILL every ~${o.killEveryMs} ms, crash rate ${o.crashRate} per named point, ` +
     `a SIGSTOP of ${o.pauseMs} ms every ~${o.pauseEveryMs} ms, a connection cut every ~${o.cutEveryMs} ms, ` +
     `PSP failure rate ${o.pspFailureRate}, completer every ${o.completerIntervalMs} ms`
+  );
+}
+
+/** The gateway drill's figures (`npm run chaos -- --gateway`), as one markdown table. */
+export function gatewayTable(r: GatewayChaosResult): string {
+  const rows: Array<[string, string]> = [
+    ['intents (of which sent twice at once)', `${r.intents} (${r.duplicateSends})`],
+    ['HTTP attempts by the clients / requests the upstream got', `${r.attempts} / ${r.upstreamAttempts}`],
+    ['gateways SIGKILLed and restarted', String(r.kills)],
+    ['gateways frozen past their lease (SIGSTOP)', String(r.freezes)],
+    ['PostgreSQL connections cut', `${r.connectionsCut.total} (${r.connectionsCut.midTransaction} mid-transaction)`],
+    ['keys taken over (the upstream saw a higher token)', String(r.takenOver)],
+    ["upstream attempts refused by its fence (a lower token than the effect's)", String(r.staleFenced)],
+    ["double effects (keys with > 1 row in the upstream's ledger)", String(r.doubleEffects)],
+    ['lost (acknowledged without its effect)', String(r.lost)],
+    ['intents without a final answer', String(r.unanswered)],
+    ['intents whose answers were not byte-identical', String(r.differing)],
+    ['intents answered "failed permanently" (K23)', String(r.failedPermanently)],
+    ['time to final response p50 / p99', `${r.p50Ms} ms / ${r.p99Ms} ms`],
+    ['invariants', r.violations.length === 0 ? 'all held' : `${r.violations.length} violated`],
+    ['run time', `${(r.durationMs / 1000).toFixed(1)} s`],
+  ];
+  return ['| | idem gateway |', '|---|---|', ...rows.map(([name, value]) => `| ${name} | ${value} |`)].join('\n');
+}
+
+/** The drill's settings, as one line. */
+export function gatewaySettingsLine(o: Omit<GatewayChaosOptions, 'databaseUrl' | 'log'>): string {
+  return (
+    `${o.gateways} gateways, ${o.intents} intents, ${o.concurrency} in flight, ${Math.round(o.duplicateRate * 100)}% sent twice at once, ` +
+    `lease ${o.leaseMs} ms, upstream work 0-${o.upstreamDelayMs} ms (${Math.round(o.slowRate * 100)}% of intents ${o.slowMs} ms), a random SIGKILL every ~${o.killEveryMs} ms, ` +
+    `a SIGSTOP of ${o.pauseMs} ms every ~${o.pauseEveryMs} ms, a connection cut every ~${o.cutEveryMs} ms`
   );
 }

@@ -6,6 +6,7 @@
  *
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npm run chaos -- [--intents 1200] [--workers 3]
  *     [--concurrency 16] [--naive-intents 300] [--no-naive] [--no-write] [--store postgres|redis|mysql]
+ *   … npm run chaos -- --gateway [--intents 600]: the gateway's crash drill (bench/chaos/gateway.ts)
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -30,11 +31,15 @@ Options:
   --store <name>       postgres (default); redis: claims and replays in Redis (REDIS_URL);
                        mysql: the whole run on MySQL / MariaDB (MYSQL_URL, default
                        mysql://root@127.0.0.1:3306/test), the naive baseline too
+  --gateway            the gateway's crash drill instead: 2 \`idem gateway\` processes in front of
+                       the Python upstream (bench/chaos/gateway.ts; --intents, --gateways, --concurrency)
   -h, --help           print this help
 `;
 // `npm run chaos -- --consumer rabbitmq|nats`: the queue consumer's run instead (bench/chaos/consumer.ts),
 // which exits the process when done.
 if (process.argv.some((a) => a === '--consumer' || a.startsWith('--consumer='))) await import('./consumer.js');
+// `npm run chaos -- --gateway`: the gateway's crash drill (bench/chaos/gateway.ts), which exits the process when done.
+if (process.argv.includes('--gateway') && !process.argv.includes('--help') && !process.argv.includes('-h')) await import('./gateway.js');
 
 let values: {
   intents?: string;

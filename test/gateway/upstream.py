@@ -10,7 +10,8 @@ Usage: python3 upstream.py DB_PATH   (prints "listening PORT" once it accepts co
 
 POST /v1/charges?mode=...   the effect; mode (or an X-Mode header, not part of the gateway's fingerprint): ok (default), hold (wait for POST /control/release),
                             fail500, fail503, reset (close the socket without answering),
-                            cookie (answer with Set-Cookie), big (a 64 KiB body)
+                            cookie (answer with Set-Cookie), big (a 64 KiB body);
+                            an X-Delay-Ms header makes the effect wait that long first (the chaos drill's work time)
 GET  /control/effects       JSON: every effect row, the headers of every request seen, and how many are in flight
 POST /control/release       wakes every held request (and lets later ones through)
 POST /control/arm           makes mode=hold hold again
@@ -22,6 +23,7 @@ import sqlite3
 import struct
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -72,7 +74,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.startswith("/control/effects"):
             conn = db()
-            effects = [dict(zip(("scope", "key", "token", "attempt", "body"), r)) for r in conn.execute("SELECT scope, key, token, attempt, body FROM effects ORDER BY id")]
+            effects = [dict(zip(("id", "scope", "key", "token", "attempt", "body"), r)) for r in conn.execute("SELECT id, scope, key, token, attempt, body FROM effects ORDER BY id")]
             seen = [{"path": p, "headers": json.loads(h)} for p, h in conn.execute("SELECT path, headers FROM seen ORDER BY id")]
             conn.close()
             return self.answer(200, {"effects": effects, "seen": seen, "inflight": inflight[0]})
@@ -110,6 +112,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(409, {"error": "stale fencing token", "token": token})
         if mode == "hold":
             released.wait()
+        delay = float(headers.get("x-delay-ms", "0") or 0)
+        if delay > 0:
+            time.sleep(delay / 1000)
         if mode == "reset":
             # RST instead of FIN: SO_LINGER with a zero timeout, then close.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
