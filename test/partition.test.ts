@@ -166,6 +166,96 @@ describe('partition: app ↔ PostgreSQL (network namespace, nftables)', { skip: 
     return figures;
   }
 
+  it('one of two instances cut from the database: the other takes its leases over after expiry; the zombie’s late phase commit is fenced when it heals', {
+    timeout: 90_000,
+  }, async () => {
+    const table = `idem_part_zombie_${process.pid}`;
+    await admin.query(`CREATE TABLE "${table}_effects" (key text NOT NULL, by text NOT NULL)`);
+    const keys = ['z-0', 'z-1', 'z-2'];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const entered = new Set<string>();
+    /** One app instance: its own pool (connections kept open) and store, on the same table. */
+    const instance = (by: 'zombie' | 'taker', max: number) => {
+      const pool = new pg.Pool({ connectionString: server.url, max, idleTimeoutMillis: 0 });
+      pool.on('error', () => undefined);
+      const ports = new Set<number>();
+      pool.on('connect', (client) => {
+        const port = (client as unknown as { connection: { stream: { localPort?: number } } }).connection.stream.localPort;
+        if (port) ports.add(port);
+      });
+      // The zombie has no deadline of its own: its writes wait out the partition and arrive late.
+      const store = new PostgresStore({ client: pool, table, storeTimeoutMs: by === 'zombie' ? 0 : STORE_TIMEOUT_MS });
+      const app = honoApp();
+      app.post(
+        '/v1/charges',
+        idempotency<Queryable>({ store, leaseMs: LEASE_MS, onHandlerError: () => undefined }),
+        async (c: Context<{ Variables: IdempotencyVariables<Queryable> }>) => {
+          const idem = c.get('idem')!;
+          const key = c.req.header('idempotency-key')!;
+          if (by === 'zombie') {
+            entered.add(key);
+            await gate; // the partition starts while the zombie holds the lease
+          }
+          const charged = await idem.phase('charge', async (tx) => {
+            await tx.query(`INSERT INTO "${table}_effects" (key, by) VALUES ($1, $2)`, [key, by]);
+            return by;
+          });
+          return c.json({ key, charged }, 201);
+        },
+      );
+      const send = (key: string) => app.request('/v1/charges', requestInit({ key, json: { key } }));
+      return { pool, ports, store, send };
+    };
+    const zombie = instance('zombie', 4);
+    const taker = instance('taker', 4);
+    await zombie.store.migrate();
+    // Open the zombie's connections before the cut, so every one of them is partitioned.
+    await Promise.all(Array.from({ length: 4 }, () => zombie.pool.query('SELECT pg_sleep(0.05)')));
+    const zombieAnswers = keys.map((key) => zombie.send(key).then(async (res) => ({ status: res.status, body: await res.text() })));
+    await poll(() => (entered.size === keys.length ? true : undefined), 30_000, 'the zombie holding every lease');
+    ns.partition('both', [...zombie.ports]);
+    const cutAt = Date.now();
+    release();
+    // The taker retries each key until it answers: 409 while the zombie's lease runs, then takes over.
+    const takerAnswers = new Map<string, { status: number; body: string }>();
+    let takerOps = 0;
+    await Promise.all(
+      keys.map(async (key) => {
+        for (;;) {
+          takerOps++;
+          const res = await taker.send(key);
+          const body = await res.text();
+          if (res.status === 201) return void takerAnswers.set(key, { status: res.status, body });
+          await sleep(100); // the client's retry backoff
+        }
+      }),
+    );
+    const takenMs = Date.now() - cutAt;
+    // The partition lasts its set time past the takeover, then heals: the zombie's writes arrive.
+    await sleep(Math.max(0, PARTITION_MS + LEASE_MS - takenMs));
+    ns.heal();
+    const healedAt = Date.now();
+    const late = await Promise.all(zombieAnswers);
+    const healMs = Date.now() - healedAt;
+    const rows = (await admin.query<{ key: string; by: string }>(`SELECT key, by FROM "${table}_effects" ORDER BY key`)).rows;
+    const replays = await Promise.all(keys.map(async (key) => (await taker.send(key)).text()));
+    console.log(
+      `partition zombie ${healedAt - cutAt} ms: ${JSON.stringify({ keys: keys.length, takerOps, takenMs, zombie: late.map((a) => a.status), effects: rows.length, healMs })}`,
+    );
+    await Promise.all([zombie.pool.end(), taker.pool.end()]);
+    assert.deepEqual(
+      rows.map((r) => `${r.key}:${r.by}`),
+      keys.map((key) => `${key}:taker`),
+      'one effect per key, the taker’s: the zombie’s late phase commit was fenced',
+    );
+    for (const [i, key] of keys.entries()) {
+      assert.deepEqual(JSON.parse(takerAnswers.get(key)!.body), { key, charged: 'taker' });
+      assert.equal(replays[i], takerAnswers.get(key)!.body, `${key}: the store keeps the taker’s answer`);
+      assert.notEqual(late[i]!.status, 201, `${key}: the zombie answers no success of its own (${late[i]!.status} ${late[i]!.body})`);
+    }
+  });
+
   for (const direction of ['both', 'to-ns'] as const) {
     it(`dropped ${direction === 'both' ? 'both ways' : 'toward the database only'} for ${PARTITION_MS} ms mid-load: 503 or wait, then every key answered once, 0 duplicate and 0 lost effects`, {
       timeout: 90_000,

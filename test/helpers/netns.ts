@@ -62,8 +62,12 @@ export interface Netns {
   readonly hostAddress: string;
   /** Runs `cmd` inside the namespace (a long-running server: kill the child, or delete the namespace). */
   spawn(cmd: string, args: string[], options?: { user?: string }): ChildProcess;
-  /** Drops the link's packets in `direction` until {@link heal}: connections stay open. */
-  partition(direction: Direction): void;
+  /**
+   * Drops the link's packets in `direction` until {@link heal}: connections stay open. With
+   * `clientPorts`, only the packets of the connections from those host-side ports (one app
+   * instance's pool), both ways: the other instances on the host keep their link.
+   */
+  partition(direction: Direction, clientPorts?: number[]): void;
   heal(): void;
   /** Removes the rules, the namespace and the veth pair (idempotent). */
   destroy(): void;
@@ -126,10 +130,13 @@ export function createNetns(prefix: string): Netns {
       const argv = options.user ? ['setpriv', `--reuid=${options.user}`, `--regid=${options.user}`, '--init-groups', cmd, ...args] : [cmd, ...args];
       return spawn('ip', ['netns', 'exec', name, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
     },
-    partition(direction) {
+    partition(direction, clientPorts) {
+      const ports = clientPorts ? `{ ${clientPorts.join(', ')} }` : undefined;
+      const inMatch = ports ? `tcp sport ${ports} ` : '';
+      const outMatch = ports ? `tcp dport ${ports} ` : '';
       const rules: string[] = [];
-      if (direction !== 'from-ns') rules.push(`chain in { type filter hook input priority 0; policy accept; iifname "${inner}" drop; }`);
-      if (direction !== 'to-ns') rules.push(`chain out { type filter hook output priority 0; policy accept; oifname "${inner}" drop; }`);
+      if (direction !== 'from-ns') rules.push(`chain in { type filter hook input priority 0; policy accept; iifname "${inner}" ${inMatch}drop; }`);
+      if (direction !== 'to-ns') rules.push(`chain out { type filter hook output priority 0; policy accept; oifname "${inner}" ${outMatch}drop; }`);
       if (partitioned) this.heal();
       nft(`table inet idem_partition {\n${rules.join('\n')}\n}\n`);
       partitioned = true;
