@@ -212,7 +212,7 @@ describe('partition: app ↔ PostgreSQL (network namespace, nftables)', { skip: 
     await zombie.store.migrate();
     // Open the zombie's connections before the cut, so every one of them is partitioned.
     await Promise.all(Array.from({ length: 4 }, () => zombie.pool.query('SELECT pg_sleep(0.05)')));
-    const zombieAnswers = keys.map((key) => zombie.send(key).then(async (res) => ({ status: res.status, body: await res.text() })));
+    const zombieAnswers = keys.map((key) => Promise.resolve(zombie.send(key)).then(async (res) => ({ status: res.status, body: await res.text() })));
     await poll(() => (entered.size === keys.length ? true : undefined), 30_000, 'the zombie holding every lease');
     ns.partition('both', [...zombie.ports]);
     const cutAt = Date.now();
