@@ -26,6 +26,7 @@ describe('consumer chaos run on RabbitMQ', { skip }, () => {
     assert.deepEqual(r.outbox, { duplicated: 0, missing: 0 }, 'outbox events');
     assert.ok(r.kills >= 2, `consumers killed: ${r.kills}`);
     assert.equal(r.freezes, 1);
+    assert.deepEqual(r.history?.violations, [], 'the history checker (bench/chaos/history.ts)');
     console.log(
       `# consumer chaos: ${MESSAGES} messages ×2, ${r.kills} kills + self-kills after commit, ${r.freezes} freeze, ${r.seconds.toFixed(0)} s; 0 duplicates, 0 lost`,
     );

@@ -19,6 +19,7 @@ import amqplib from 'amqplib';
 import pg from 'pg';
 import { amqpPublisher } from '../../src/amqp/index.js';
 import { natsBroker } from './consumer-nats.js';
+import { History, hashBytes, type Verdict } from './history.js';
 import { Outbox, OutboxRelay, PostgresStore } from '../../src/postgres/index.js';
 
 /** Options of {@link runConsumerChaos}. */
@@ -56,6 +57,8 @@ export interface ConsumerChaosResult {
   deadLettered: { crashLoops: number; others: number };
   /** The most handler runs of one poison message (at most `maxAttempts`). */
   crashLoopRuns: number;
+  /** The history checker's verdict (idem mode; bench/chaos/history.ts): one operation per message, publish to commit. */
+  history?: Verdict;
 }
 
 const WORKER = fileURLToPath(new URL('./consumer-worker.ts', import.meta.url));
@@ -74,6 +77,9 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
   const nats = broker === 'nats' ? await natsBroker() : undefined;
   const dead = new Set<string>();
   const runs = new Map<string, number>();
+  // The history (idem): when each message was first published, and first committed (a worker's DONE line).
+  const publishedAt = new Map<string, number>();
+  const doneAt = new Map<string, number>();
   const children = new Set<ChildProcess>();
   const relayAbort = new AbortController();
   const table = `idem_chaos_${randomBytes(5).toString('hex')}`;
@@ -106,6 +112,7 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
           const [what, id] = line.split(' ');
           if (what === 'DEAD' && id) dead.add(id);
           if (what === 'RUN' && id) runs.set(id, (runs.get(id) ?? 0) + 1);
+          if (what === 'DONE' && id && !doneAt.has(id)) doneAt.set(id, Date.now());
         });
       });
       return child;
@@ -121,7 +128,11 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
     const poison = Array.from({ length: crashLoops }, () => `poison-${randomUUID()}`);
     const publish = nats ? nats.publishCopy : amqpPublisher(channel);
     const sends = [...ids, ...ids, ...poison].sort(() => Math.random() - 0.5);
-    const send = (id: string) => publish({ id, destination: queue, body: new TextEncoder().encode(id), contentType: 'text/plain' });
+    const send = (id: string) => {
+      if (!publishedAt.has(id)) publishedAt.set(id, Date.now());
+      return sendOne(id);
+    };
+    const sendOne = (id: string) => publish({ id, destination: queue, body: new TextEncoder().encode(id), contentType: 'text/plain' });
     // With idem, half the copies wait until the chaos has happened (two kills and the freeze):
     // on a busy machine the consumers could otherwise finish every message before it does, and
     // the run would prove nothing. Kills go on while the rest is consumed.
@@ -171,9 +182,41 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
       const rows = (await pool.query(sql)).rows as Array<{ id: string; n: number }>;
       const map = new Map(rows.map((r) => [r.id, Number(r.n)]));
       // A message dead-lettered (killed maxAttempts times) is not lost: it waits in the dead-letter queue.
-      return { duplicated: [...map.values()].filter((n) => n > 1).length, missing: ids.filter((id) => !map.has(id) && !dead.has(id)).length };
+      return { duplicated: [...map.values()].filter((n) => n > 1).length, missing: ids.filter((id) => !map.has(id) && !dead.has(id)).length, map };
     };
+    const invoices = await perMessage(`SELECT message_id AS id, count(*)::int AS n FROM ${table}_effects GROUP BY 1`);
+    const charges = await perMessage(`SELECT message_id AS id, count(*)::int AS n FROM ${table}_psp GROUP BY 1`);
+    const outboxCounts =
+      options.mode === 'idem'
+        ? await perMessage(`SELECT substr(message_id, 17) AS id, count(*)::int AS n FROM ${table}_outbox GROUP BY 1`)
+        : { duplicated: 0, missing: 0, map: new Map<string, number>() };
+    let history: Verdict | undefined;
+    if (options.mode === 'idem') {
+      // One operation per message: ok once committed (done), a definite failure when dead-lettered, else unknown.
+      const h = new History({ harness: `consumer-${broker}`, ledgers: ['invoice', 'psp', 'outbox'], livenessBoundMs: timeoutMs });
+      const doneKeys = new Set((await pool.query(`SELECT key FROM ${table} WHERE state = 'done'`)).rows.map((r: { key: string }) => r.key));
+      const end = Date.now();
+      for (const id of [...ids, ...poison]) {
+        const isDone = doneKeys.has(id);
+        const completeMs = isDone ? (doneAt.get(id) ?? end) : dead.has(id) ? end : undefined;
+        h.op({
+          key: id,
+          scope: queue,
+          requestHash: hashBytes(id),
+          invokeMs: publishedAt.get(id) ?? end,
+          ...(completeMs !== undefined ? { completeMs } : {}),
+          outcome: isDone ? { type: 'ok' } : dead.has(id) ? { type: 'fail', reason: 'dead-lettered' } : { type: 'unknown' },
+          attempts: runs.get(id) ?? 1,
+        });
+        h.effect('invoice', id, invoices.map.get(id) ?? 0);
+        h.effect('psp', id, charges.map.get(id) ?? 0);
+        h.effect('outbox', id, outboxCounts.map.get(id) ?? 0);
+      }
+      history = h.finish((line) => console.log(`# ${line}`));
+    }
+    const strip = ({ duplicated, missing }: { duplicated: number; missing: number }) => ({ duplicated, missing });
     return {
+      history,
       messages: options.messages,
       kills,
       freezes,
@@ -181,12 +224,9 @@ export async function runConsumerChaos(options: ConsumerChaosOptions): Promise<C
       finished,
       deadLettered: { crashLoops: poison.filter((id) => dead.has(id)).length, others: ids.filter((id) => dead.has(id)).length },
       crashLoopRuns: Math.max(0, ...poison.map((id) => runs.get(id) ?? 0)),
-      invoices: await perMessage(`SELECT message_id AS id, count(*)::int AS n FROM ${table}_effects GROUP BY 1`),
-      charges: await perMessage(`SELECT message_id AS id, count(*)::int AS n FROM ${table}_psp GROUP BY 1`),
-      outbox:
-        options.mode === 'idem'
-          ? await perMessage(`SELECT substr(message_id, 17) AS id, count(*)::int AS n FROM ${table}_outbox GROUP BY 1`)
-          : { duplicated: 0, missing: 0 },
+      invoices: strip(invoices),
+      charges: strip(charges),
+      outbox: strip(outboxCounts),
     };
   } finally {
     relayAbort.abort();

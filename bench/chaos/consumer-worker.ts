@@ -65,6 +65,7 @@ if (mode === 'idem') {
   };
   const onDisposition = (d: Disposition, message: ConsumedMessage) => {
     if (d.action === 'dead-letter') process.stdout.write(`DEAD ${message.id} ${d.reason}\n`);
+    if (d.action === 'ack') process.stdout.write(`DONE ${message.id}\n`); // committed (the history's completion time)
     if (d.action === 'ack' && Math.random() < 0.02) process.kill(process.pid, 'SIGKILL'); // committed, ack dropped
   };
   if (broker === 'nats') {

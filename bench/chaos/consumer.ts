@@ -57,5 +57,6 @@ const ok =
   [idem.invoices, idem.charges, idem.outbox].every((x) => x.duplicated === 0 && x.missing === 0) &&
   idem.deadLettered.crashLoops === crashLoops &&
   idem.crashLoopRuns <= 5 &&
+  idem.history?.ok !== false &&
   naive.invoices.duplicated > 0;
 process.exit(ok ? 0 : 1);

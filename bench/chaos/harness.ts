@@ -33,6 +33,7 @@ import { startFront } from './front.js';
 import { dropRedisPrefix, mysqlKeys, postgresKeys, redisKeys, type KeysView } from './keys-view.js';
 import { PostgresPhases } from '../../src/redis/index.js';
 import { sendWithRetries, type Attempted } from './retry-client.js';
+import { recordSend, recordEffects, History, verdictViolations, type Verdict } from './history.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const SERVERS = {
@@ -83,6 +84,8 @@ export interface ChaosOptions {
   redisUrl?: string;
   /** Progress lines. */
   log?: (line: string) => void;
+  /** Every intent's final answer within this, ms (the history checker's liveness bound). @default horizonMs + attemptTimeoutMs */
+  livenessBoundMs?: number;
 }
 
 /**
@@ -148,6 +151,8 @@ export interface ChaosResult {
   durationMs: number;
   /** Every invariant that did not hold, one line each (empty: all held). */
   violations: string[];
+  /** The history checker's verdict over every operation and effect (bench/chaos/history.ts). */
+  history?: Verdict;
 }
 
 /** The problem type of a key ended by its attempts (protocol.md K23). */
@@ -384,6 +389,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       replay?: Attempted;
     }
     const intents: Intent[] = [];
+    const history = new History({
+      harness: `http-${o.mode}`,
+      ledgers: ['psp', 'local'],
+      livenessBoundMs: o.livenessBoundMs ?? o.horizonMs + o.attemptTimeoutMs,
+    });
     let attempts = 0;
     let duplicateSends = 0;
     let nextIntent = 0;
@@ -400,10 +410,16 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         const body = new TextEncoder().encode(JSON.stringify({ amount: 100 + i, currency: 'usd', customer }));
         const copies = Math.random() < o.duplicateRate ? 2 : 1;
         if (copies === 2) duplicateSends++;
-        const send = () => sendWithRetries({ url, headers, body, attemptTimeoutMs: o.attemptTimeoutMs, horizonMs: o.horizonMs });
-        const intent: Intent = { id, customer, sends: await Promise.all(Array.from({ length: copies }, send)) };
+        const send = (bytes = body, mismatch = false) =>
+          recordSend(history, { key: headers['idempotency-key'], scope: headers.authorization, expectId: customer, body: bytes, mismatch }, () =>
+            sendWithRetries({ url, headers, body: bytes, attemptTimeoutMs: o.attemptTimeoutMs, horizonMs: o.horizonMs }),
+          );
+        const intent: Intent = { id, customer, sends: await Promise.all(Array.from({ length: copies }, () => send())) };
         // One more retry after the final answer: a replay must equal the original.
         if (intent.sends.every((s) => s.final)) intent.replay = await send();
+        // Some finished keys get the same key with another body: a 422, never the stored body (history.ts).
+        if (intent.sends[0]?.final?.status === 201 && Math.random() < 0.1)
+          await send(new TextEncoder().encode(JSON.stringify({ amount: 1 + i, currency: 'usd', customer })), true);
         intents.push(intent);
         attempts += intent.sends.reduce((n, s) => n + s.attempts, 0);
         if (++done % Math.max(1, Math.floor(o.intents / 10)) === 0) log(`${o.mode}: ${done}/${o.intents} intents answered`);
@@ -499,6 +515,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
         if (row?.state !== 'done' || !Buffer.from(row.response_body as Uint8Array).equals(Buffer.from(first.body))) lostRows++;
       }
     }
+    for (const intent of intents) {
+      const key = `chaos-${intent.id}`;
+      recordEffects(history, key, { psp: psp.get(intent.customer) ?? 0, local: local.get(intent.customer) ?? 0 });
+      const row = keys.get(key);
+      if (row?.state === 'done' && row.response_body) history.stored(key, row.response_body as Uint8Array);
+    }
+    const verdict = history.finish(log);
+    violations.push(...verdictViolations(verdict));
     if (duplicates.psp > 0) violations.push(`${duplicates.psp} intents charged more than once at the PSP`);
     if (duplicates.local > 0) violations.push(`${duplicates.local} intents with more than one local charge row`);
     if (lostCharges.length > 0) violations.push(`${lostCharges.length} intents with no charge (PSP or local), e.g. ${lostCharges[0]}`);
@@ -532,6 +556,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       finalCompleter,
       durationMs: Date.now() - started,
       violations,
+      history: verdict,
     };
     return result;
   } finally {
