@@ -18,20 +18,15 @@
  * and replays (every copy, retry and the replay byte-identical).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { build } from 'esbuild';
+import { join } from 'node:path';
 import pg from 'pg';
-import { PROBLEM_TYPE_PREFIX, ProblemKind } from '../../src/http/problem.js';
 import { startFaultProxy } from './fault-proxy.js';
 import { startFront } from './front.js';
 import { sendWithRetries, type Attempted } from './retry-client.js';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const FAILED_PERMANENTLY = PROBLEM_TYPE_PREFIX + ProblemKind.FailedPermanently;
+import { bundleEntry, children, FAILED_PERMANENTLY, parseJson, percentile, problemType, ROOT, type Slot, sleep, waitFor } from './processes.js';
 
 export interface GatewayChaosOptions {
   /** PostgreSQL server; a fresh database is created on it and dropped after. */
@@ -124,39 +119,6 @@ export interface GatewayChaosResult {
   violations: string[];
 }
 
-interface Slot {
-  index: number;
-  child?: ChildProcess;
-  port?: number;
-  paused: boolean;
-  killedByInjector: boolean;
-  tail: string[];
-}
-
-const children = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of children) {
-    child.kill('SIGCONT');
-    child.kill('SIGKILL');
-  }
-});
-
-/** The `idem` CLI bundled into one ESM file (dependencies external), so a restart takes a fraction of a second. */
-async function bundleCli(): Promise<string> {
-  const outfile = join(ROOT, 'node_modules', '.cache', 'idem-chaos', `gateway-cli-${process.pid}-${randomBytes(3).toString('hex')}.mjs`);
-  await build({
-    entryPoints: [join(ROOT, 'src', 'cli', 'main.ts')],
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    outfile,
-    logLevel: 'error',
-  });
-  return outfile;
-}
-
 interface Upstream {
   url: string;
   state(): Promise<{ effects: Array<{ id: number; scope: string; key: string; token: number }>; seen: Array<{ headers: Record<string, string> }> }>;
@@ -215,7 +177,7 @@ export async function runGatewayChaos(o: GatewayChaosOptions): Promise<GatewayCh
       routes: [{ path: '/v1/*', methods: ['POST'] }],
     }),
   );
-  const entry = await bundleCli();
+  const entry = await bundleEntry(join(ROOT, 'src', 'cli', 'main.ts'), 'gateway-cli');
   const slots: Slot[] = Array.from({ length: o.gateways }, (_, index) => ({ index, paused: false, killedByInjector: false, tail: [] }));
   const counts = { kills: 0, freezes: 0, cuts: 0, cutsMidTx: 0 };
   let stopping = false;
@@ -446,35 +408,5 @@ export async function runGatewayChaos(o: GatewayChaosOptions): Promise<GatewayCh
     await admin.end().catch(() => undefined);
     rmSync(entry, { force: true });
     rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-function parseJson(body: Uint8Array): unknown {
-  try {
-    return JSON.parse(new TextDecoder().decode(body));
-  } catch {
-    return undefined;
-  }
-}
-
-function problemType(body: Uint8Array): string | undefined {
-  const type = (parseJson(body) as { type?: unknown } | undefined)?.type;
-  return typeof type === 'string' ? type : undefined;
-}
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-async function waitFor(condition: () => boolean, timeoutMs: number, message: () => string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(message());
-    await sleep(50);
   }
 }

@@ -15,11 +15,9 @@
  * the database and from what the clients received.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { build } from 'esbuild';
+import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { migrate } from '../../examples/payments/app.js';
@@ -27,15 +25,14 @@ import { mysqlDatabase } from '../../examples/payments/mysql.js';
 import type { Queryable } from '../../src/postgres/index.js';
 import { runCompleterOnce } from '../../examples/payments/complete.js';
 import type { CompleterReport } from '../../src/http/index.js';
-import { PROBLEM_TYPE_PREFIX, ProblemKind } from '../../src/http/problem.js';
 import { startFaultProxy } from './fault-proxy.js';
 import { startFront } from './front.js';
 import { dropRedisPrefix, mysqlKeys, postgresKeys, redisKeys, type KeysView } from './keys-view.js';
 import { PostgresPhases } from '../../src/redis/index.js';
 import { sendWithRetries, type Attempted } from './retry-client.js';
 import { recordSend, recordEffects, History, verdictViolations, type Verdict } from './history.js';
+import { bundleEntry, children, FAILED_PERMANENTLY, percentile, problemType, ROOT, type Slot, sleep, waitFor } from './processes.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const SERVERS = {
   idem: join(ROOT, 'examples', 'payments', 'server.ts'),
   naive: join(ROOT, 'bench', 'chaos', 'naive-server.ts'),
@@ -155,57 +152,6 @@ export interface ChaosResult {
   history?: Verdict;
 }
 
-/** The problem type of a key ended by its attempts (protocol.md K23). */
-const FAILED_PERMANENTLY = PROBLEM_TYPE_PREFIX + ProblemKind.FailedPermanently;
-
-/** The `type` of a problem+json body, or undefined. */
-function problemType(body: Uint8Array): string | undefined {
-  try {
-    const type = (JSON.parse(new TextDecoder().decode(body)) as { type?: unknown }).type;
-    return typeof type === 'string' ? type : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-interface Slot {
-  index: number;
-  child?: ChildProcess;
-  port?: number;
-  paused: boolean;
-  killedByInjector: boolean;
-  tail: string[];
-}
-
-/** Every worker process of every run in this process, killed if the harness itself exits early. */
-const children = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of children) {
-    child.kill('SIGCONT');
-    child.kill('SIGKILL');
-  }
-});
-
-/**
- * Bundles a worker's entry point into one ESM file (dependencies stay external, resolved
- * from node_modules), so a restarted worker starts in a fraction of a second instead of
- * compiling TypeScript again: restarts must be fast for 100+ crashes to fit in one run.
- */
-async function bundle(mode: 'idem' | 'naive'): Promise<string> {
-  const outfile = join(ROOT, 'node_modules', '.cache', 'idem-chaos', `${mode}-${process.pid}.mjs`);
-  await build({
-    entryPoints: [SERVERS[mode]],
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    outfile,
-    logLevel: 'error',
-  });
-  return outfile;
-}
-
 /** Runs one chaos run end to end. */
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const o = options;
@@ -237,7 +183,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await new PostgresPhases({ client: pool as pg.Pool }).migrate();
     keysView = await redisKeys(o.redisUrl, redisPrefix);
   }
-  const entry = await bundle(o.mode);
+  const entry = await bundleEntry(SERVERS[o.mode], o.mode);
   const slots: Slot[] = Array.from({ length: o.workers }, (_, index) => ({ index, paused: false, killedByInjector: false, tail: [] }));
   const counts = { random: 0, named: 0, byPoint: {} as Record<string, number>, takeovers: 0, leaseLost: 0, cuts: 0, cutsMidTx: 0, pauses: 0 };
   let stopping = false;
@@ -602,21 +548,4 @@ async function mysqlAdmin(url: string): Promise<{ query(sql: string): Promise<un
   const conn = await mysql.createConnection(url);
   conn.on('error', () => undefined);
   return { query: (sql) => conn.query(sql), end: () => conn.end() };
-}
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-async function waitFor(condition: () => boolean, timeoutMs: number, message: () => string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(message());
-    await sleep(50);
-  }
 }

@@ -12,6 +12,7 @@ import pg from 'pg';
 import { Pool } from 'undici';
 import { createGateway } from '../../src/gateway/index.js';
 import { PostgresStore } from '../../src/postgres/store.js';
+import { dropTable } from './fixtures.js';
 
 const [role, upstream] = process.argv.slice(2);
 const BODY = JSON.stringify({ id: 'ch_1', amount: 100, currency: 'eur', pad: 'x'.repeat(960) });
@@ -61,9 +62,7 @@ if (role === 'upstream') {
   url = await gateway.listen();
   stop = async () => {
     await gateway.close();
-    await client.query(`DROP TABLE IF EXISTS "${table}_blobs"`);
-    await client.query(`DROP TABLE IF EXISTS "${table}"`);
-    await client.query(`DROP SEQUENCE IF EXISTS "${table}_lock_version_seq"`);
+    await dropTable(client, table);
     await client.end();
   };
 } else {
